@@ -1,0 +1,3 @@
+from ref.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Command line: `python -m ref list | golden --write/--check | conform`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ref.conformance import goldens
+from ref.conformance.catalog import discover
+from ref.conformance.implementation import load_implementation
+from ref.conformance.runner import parse_entries, run
+from ref.testing.golden import golden_dir, load_manifest
+
+DEFAULT_IMPL = "ref.conformance.adapters.ml_dtypes_casts"
+DEFAULT_XFAILS = Path(__file__).parent / "conformance" / "adapters" / "ml_dtypes_casts.xfails"
+
+
+def _list(args) -> int:
+    try:
+        counts = {name: info["vectors"] for name, info in load_manifest(args.golden)["ops"].items()}
+    except FileNotFoundError:
+        counts = {}
+    rows = [("op", "kind", "variants", "vectors", "spec")]
+    for name, op in discover().items():
+        variants = "; ".join(f"{v.name}={'|'.join(v.values)}" for v in op.variants) or "-"
+        rows.append((name, op.kind.value, variants, str(counts.get(name, 0)), op.spec))
+    if args.names:
+        print("\n".join(r[0] for r in rows[1:]))
+        return 0
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    return 0
+
+
+def _golden(args) -> int:
+    if args.write:
+        files = goldens.write(args.golden)
+        print(f"wrote {len(files)} files to {args.golden or golden_dir()}")
+        return 0
+    problems = goldens.check(args.golden)
+    for p in problems:
+        print(f"golden: {p}")
+    if problems:
+        print(f"golden --check: {len(problems)} problem(s)")
+        return 1
+    print(f"golden --check: {len(discover())} ops match the oracles; every sha256 matches the manifest")
+    return 0
+
+
+def _entries(path: str | None, kind: str):
+    if not path:
+        return []
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--{kind}-file: no such file {path}")
+    return parse_entries(p.read_text(), source=path)
+
+
+def _conform(args) -> int:
+    impl_spec = args.impl or DEFAULT_IMPL
+    xfails_path = args.xfails_file
+    if args.impl is None and xfails_path is None:
+        xfails_path = str(DEFAULT_XFAILS)
+    impl = load_implementation(impl_spec)
+    progress = (lambda name: print(f"  {name}", file=sys.stderr)) if args.verbose else None
+    report = run(
+        impl,
+        ops=args.ops.split(",") if args.ops else None,
+        examples=args.examples,
+        shrink=not args.no_shrink,
+        skips=_entries(args.skips_file, "skips"),
+        xfails=_entries(xfails_path, "xfails"),
+        golden=args.golden,
+        progress=progress,
+    )
+    print(f"llm-ref {report.meta['suite']['version']} conformance: {impl.name} {impl.version} ({impl.source})")
+    if xfails_path:
+        print(f"xfails: {xfails_path}")
+    print(report.table())
+    details = report.details()
+    if details:
+        print()
+        print(details)
+    counts = ", ".join(f"{n} {v}" for v, n in report.counts().items())
+    print(f"\n{len(report.ops)} ops: {counts}")
+    if args.report:
+        Path(args.report).write_text(report.to_json())
+        print(f"report written to {args.report}")
+    return 0 if report.ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ref", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--golden", type=Path, default=None,
+                        help="golden folder (default: the one bundled with the package)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", parents=[common], help="every operation: kind, variants, golden vectors, spec page")
+    p.add_argument("--names", action="store_true", help="print names only")
+    p.set_defaults(func=_list)
+
+    p = sub.add_parser("golden", parents=[common], help="write or check the golden vectors")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true", help="regenerate the folder from the oracles")
+    g.add_argument("--check", action="store_true", help="regenerate in memory and compare; verify sha256")
+    p.set_defaults(func=_golden)
+
+    p = sub.add_parser("conform", parents=[common], help="run the conformance suite against an implementation")
+    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT_IMPL}, ml_dtypes' casts)")
+    p.add_argument("--ops", help="comma-separated op names or globs (default: all)")
+    p.add_argument("--examples", type=int, default=50, help="hypothesis examples per op (default 50)")
+    p.add_argument("--no-shrink", action="store_true", help="report the first failing example unshrunk")
+    p.add_argument("--report", help="write a JSON report here")
+    p.add_argument("--skips-file", help="lines 'op[/part] reason': not run")
+    p.add_argument("--xfails-file", help="lines 'op[/part] reason': expected to fail")
+    p.add_argument("-v", "--verbose", action="store_true", help="print each op as it starts")
+    p.set_defaults(func=_conform)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

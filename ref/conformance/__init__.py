@@ -1,0 +1,1 @@
+"""The catalog of operations, implementation loading and the conformance runner."""

@@ -1,0 +1,58 @@
+"""Adapters: the bundled implementation of a real third-party library, and helpers
+that turn a framework kernel into a callable over NumPy arrays.
+
+`as_numpy` and `wrap` move arrays through DLPack, so an adapter for a torch, CuPy
+or JAX kernel is a few lines::
+
+    import torch
+    from ref.conformance.adapters import as_numpy, wrap
+
+    def encode(x, **variant):
+        t = torch.from_dlpack(x).to("cuda").to(torch.float8_e4m3fn)
+        return as_numpy(t.view(torch.uint8))
+
+NumPy has no FP8 or FP4 dtypes, so low-precision tensors cross as their raw bits
+(a uint8/uint16 view), which is what the catalog's codecs return anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["as_numpy", "wrap"]
+
+
+def as_numpy(x: Any) -> np.ndarray:
+    """A NumPy array from a NumPy, torch, CuPy or JAX array (copied to the host if needed)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__dlpack_device__"):
+        device_type, _ = x.__dlpack_device__()
+        if device_type == 1:  # kDLCPU
+            return np.from_dlpack(x)
+    for host in ("cpu", "get"):  # torch .cpu(), CuPy .get()
+        if hasattr(x, host):
+            y = getattr(x, host)()
+            return y if isinstance(y, np.ndarray) else as_numpy(y)
+    return np.asarray(x)
+
+
+def wrap(kernel: Callable[..., Any], from_dlpack: Callable[[Any], Any], *,
+         params: tuple[str, ...] = ()) -> Callable[..., np.ndarray]:
+    """Turn `kernel(*tensors, **params)` into a catalog callable over NumPy arrays.
+
+    Array keyword arguments go through `from_dlpack` (e.g. torch.from_dlpack) in
+    order; keyword arguments named in `params` are passed through; the others
+    (variant parameters the kernel does not take) are dropped. The result comes
+    back through `as_numpy`.
+    """
+
+    def call(**kwargs: Any) -> np.ndarray:
+        arrays = [from_dlpack(np.ascontiguousarray(v)) for v in kwargs.values() if isinstance(v, np.ndarray)]
+        kept = {k: v for k, v in kwargs.items() if k in params}
+        return as_numpy(kernel(*arrays, **kept))
+
+    return call

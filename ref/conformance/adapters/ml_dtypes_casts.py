@@ -1,0 +1,75 @@
+"""The bundled default implementation: ml_dtypes' C++ casts (numpy's for float16).
+
+This is a real third-party library under test, not the oracle: `conform` with no
+--impl runs it, so a newcomer's first command prints a real conformance report.
+ml_dtypes casts round to nearest even and do not saturate; its declared variants
+say so, and its known deviations are listed, with reasons, in
+ml_dtypes_casts.xfails next to this file.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+NAME = "ml_dtypes"
+VERSION = ml_dtypes.__version__
+
+_DTYPES = {
+    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
+    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
+    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e4m3": ml_dtypes.float8_e4m3,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+}
+_BITS = {"float4_e2m1fn": 4, "float6_e2m3fn": 6, "float6_e3m2fn": 6}
+
+
+def _encoder(dtype):
+    uint = np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint8
+
+    def encode(x, **variant):
+        x = np.asarray(x)
+        if x.dtype.kind != "f":
+            raise TypeError(f"x: expected floats, got {x.dtype}")
+        with np.errstate(invalid="ignore", over="ignore"):
+            return x.astype(dtype).view(uint)
+
+    return encode
+
+
+def _decoder(dtype, bits):
+    uint = np.uint16 if np.dtype(dtype).itemsize == 2 else np.uint8
+
+    def decode(codes):
+        codes = np.asarray(codes)
+        if codes.dtype != uint:
+            raise TypeError(f"codes: expected {np.dtype(uint)}, got {codes.dtype}")
+        if bits and codes.size and int(codes.max()) >> bits:
+            raise ValueError(f"codes: only the low {bits} bits may be set")
+        return codes.view(dtype).astype(np.float32)
+
+    return decode
+
+
+OPS = {}
+for _name, _dtype in _DTYPES.items():
+    OPS[f"formats.{_name}.encode"] = _encoder(_dtype)
+    OPS[f"formats.{_name}.decode"] = _decoder(_dtype, _BITS.get(_name, 0))
+
+# ml_dtypes casts float64 through float32 (double rounding: see spec/formats.md), so
+# this adapter declares the inputs it rounds once.
+DTYPES = {"formats.*.encode": {"x": ["float32", "float16"]}}
+
+VARIANTS = {
+    "formats.float8_*.encode": {"overflow": ["nonsaturating"]},
+    "formats.float4_e2m1fn.encode": {"nan": ["zero_flipped_sign"]},
+    "formats.float6_*.encode": {"nan": ["zero_flipped_sign"]},
+    "formats.float8_e8m0fnu.encode": {"rounding": ["nearest_away"], "overflow": ["nonsaturating"]},
+}

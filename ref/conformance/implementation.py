@@ -1,0 +1,105 @@
+"""An implementation under test: callables by catalog name, and the variants it declares.
+
+An implementation module (or object) provides
+
+  OPS       mapping catalog name -> callable taking the oracle's keyword arguments
+            (array inputs by name, then the variant parameters) and returning NumPy
+  VARIANTS  optional: op name or glob -> {axis: [values it implements]}; an axis not
+            declared is held to the catalog's default (or, for a latitude axis, to
+            any of its values, reported as an acceptable difference)
+  DTYPES    optional: op name or glob -> {input name: [dtype names it accepts]}; valid
+            cases with other input dtypes are skipped (invalid vectors always run)
+  NAME, VERSION  optional, for the report
+
+`python -m ref conform --impl package.module[:attribute]` loads one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+import numpy as np
+
+from ref.conformance.catalog import Op, discover
+
+__all__ = ["Implementation", "load_implementation"]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    ops: Mapping[str, Callable]
+    variants: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    dtypes: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    version: str = "unknown"
+    source: str = ""
+
+    def __post_init__(self):
+        catalog = discover()
+        unknown = sorted(set(self.ops) - set(catalog))
+        if unknown:
+            raise ValueError(f"ops: {self.name} names operations the catalog does not have: {unknown}")
+        for what, table in (("variants", self.variants), ("dtypes", self.dtypes)):
+            for pattern in table:
+                if not any(fnmatchcase(n, pattern) for n in self.ops):
+                    raise ValueError(f"{what}: {pattern!r} matches none of {self.name}'s operations")
+
+    def declared(self, op: Op) -> dict[str, tuple[str, ...]]:
+        """The variant values this implementation declares for `op` (checked)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for pattern, axes in self.variants.items():
+            if fnmatchcase(op.name, pattern):
+                out.update({axis: tuple(values) for axis, values in axes.items()})
+        known = op.variant_values
+        for axis, values in out.items():
+            if axis not in known:
+                raise ValueError(f"variants: {op.name} has no variant axis {axis!r} (axes: {sorted(known)})")
+            bad = [v for v in values if v not in known[axis]]
+            if bad or not values:
+                raise ValueError(f"variants: {op.name}.{axis} takes values from {known[axis]}, got {list(values)}")
+        return out
+
+    def accepted_dtypes(self, op: Op) -> dict[str, tuple[str, ...]]:
+        """Input name -> the dtype names this implementation accepts for `op`."""
+        out: dict[str, tuple[str, ...]] = {}
+        for pattern, inputs in self.dtypes.items():
+            if fnmatchcase(op.name, pattern):
+                out.update({name: tuple(str(np.dtype(d)) for d in names) for name, names in inputs.items()})
+        return out
+
+    def supported(self, op: Op) -> dict[str, tuple[str, ...]]:
+        """Declared values per axis, the catalog default where nothing is declared."""
+        declared = self.declared(op)
+        return {v.name: declared.get(v.name, (v.default,)) for v in op.variants}
+
+
+def load_implementation(spec: str) -> Implementation:
+    """Load 'package.module' or 'package.module:attribute' as an Implementation."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"--impl: cannot import {module_name!r}: {err}") from err
+    obj = module
+    if attr:
+        if not hasattr(module, attr):
+            raise ValueError(f"--impl: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(module, attr)
+    if isinstance(obj, Implementation):
+        return obj
+    if isinstance(obj, Mapping):
+        return Implementation(name=spec, ops=obj, source=spec)
+    ops = getattr(obj, "OPS", None)
+    if not isinstance(ops, Mapping):
+        raise ValueError(f"--impl: {spec} has no OPS mapping of catalog names to callables")
+    return Implementation(
+        name=getattr(obj, "NAME", spec),
+        ops=ops,
+        variants=getattr(obj, "VARIANTS", {}),
+        dtypes=getattr(obj, "DTYPES", {}),
+        version=str(getattr(obj, "VERSION", "unknown")),
+        source=spec,
+    )

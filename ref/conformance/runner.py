@@ -1,0 +1,432 @@
+"""The conformance runner: golden vectors, exhaustive cases and hypothesis properties
+of every catalogued op an implementation provides, judged against the oracle.
+
+Verdicts per op: pass, fail, acceptable-difference (only latitude the spec allows
+differs), xfail (failed, and listed as expected to), skipped, not covered (the
+implementation does not provide the op). An xfail entry whose checks pass is a
+failure (strict, as in pytest's xfail_strict), except for 'properties' entries:
+random examples may or may not meet the listed bug.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+
+import ref
+from ref.conformance.catalog import Op, discover
+from ref.conformance.implementation import Implementation
+from ref.testing.compare import Comparison
+from ref.testing.golden import Case, Vector, load_manifest, load_vectors
+
+__all__ = ["Entry", "Failure", "OpReport", "Report", "parse_entries", "run"]
+
+VERDICTS = ("pass", "fail", "acceptable-difference", "xfail", "skipped", "not covered")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A skip or xfail line: an op glob, optionally '/part' (vector id, 'properties',
+    'exhaustive' or '*'), and a mandatory reason."""
+
+    op: str
+    part: str
+    reason: str
+
+    def matches(self, op: str, part: str) -> bool:
+        return fnmatchcase(op, self.op) and (self.part in ("*", part))
+
+
+def parse_entries(text: str, *, source: str = "entries") -> list[Entry]:
+    """Parse a skips/xfails file: `target reason...` per line, '#' comments."""
+    entries = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        target, _, reason = line.partition(" ")
+        if not reason.strip():
+            raise ValueError(f"{source}:{lineno}: every entry needs a reason after the target, got {line!r}")
+        op, _, part = target.partition("/")
+        entries.append(Entry(op, part or "*", reason.strip()))
+    return entries
+
+
+@dataclass
+class Failure:
+    where: str
+    comment: str
+    flags: tuple[str, ...]
+    params: dict[str, Any]
+    detail: str
+
+    def describe(self) -> str:
+        flags = f" [{', '.join(self.flags)}]" if self.flags else ""
+        params = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        head = f"{self.where}{flags}: {self.comment}" + (f" ({params})" if params else "")
+        return f"{head}\n      {self.detail}"
+
+
+@dataclass
+class OpReport:
+    op: str
+    kind: str
+    spec: str
+    verdict: str = "pass"
+    vectors_run: int = 0
+    vectors_passed: int = 0
+    vectors_skipped: int = 0
+    examples: int = 0
+    exhaustive_cases: int = 0
+    worst: float = 0.0
+    tolerance: float = 0.0
+    unit: str = ""
+    failures: list[Failure] = field(default_factory=list)
+    xfailed: list[Failure] = field(default_factory=list)
+    acceptable: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    implementation: dict[str, str]
+    ops: list[OpReport]
+    meta: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.verdict != "fail" for r in self.ops)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(r.verdict == v for r in self.ops) for v in VERDICTS if any(r.verdict == v for r in self.ops)}
+
+    def to_json(self) -> str:
+        doc = {**self.meta, "implementation": self.implementation, "summary": self.counts(), "ok": self.ok,
+               "ops": [asdict(r) for r in self.ops]}
+        return json.dumps(doc, indent=1, default=_json_default) + "\n"
+
+    def table(self) -> str:
+        rows = [("op", "kind", "vectors", "examples", "worst/tol", "verdict")]
+        for r in self.ops:
+            vec = f"{r.vectors_passed}/{r.vectors_run}" + (f" ({r.vectors_skipped} skip)" if r.vectors_skipped else "")
+            worst = "-" if r.verdict in ("not covered", "skipped") else f"{r.worst:g}/{r.tolerance:g}"
+            rows.append((r.op, r.kind, vec, str(r.examples + r.exhaustive_cases), worst, r.verdict))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        return "\n".join(lines)
+
+    def details(self, limit: int = 5) -> str:
+        out = []
+        for r in self.ops:
+            if r.failures:
+                out.append(f"FAIL {r.op} ({r.spec})")
+                out += ["  " + f.describe() for f in r.failures[:limit]]
+                if len(r.failures) > limit:
+                    out.append(f"  ... {len(r.failures) - limit} more failures in the JSON report")
+            for note in r.notes:
+                out.append(f"NOTE {r.op}: {note}")
+            if r.acceptable:
+                out.append(f"ACCEPTABLE {r.op}: " + "; ".join(sorted(set(r.acceptable))[:limit]))
+            if r.xfailed:
+                out.append(f"XFAIL {r.op}: " + "; ".join(sorted({f.where for f in r.xfailed})[:limit]))
+        return "\n".join(out)
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return str(obj)
+    raise TypeError(f"cannot serialise {type(obj)}")
+
+
+class _Judge:
+    """Calls the candidate and compares it with the oracle for one op."""
+
+    def __init__(self, op: Op, fn: Callable, impl: Implementation, report: OpReport):
+        self.op, self.fn, self.report = op, fn, report
+        self.supported = impl.supported(op)
+        self.dtypes = impl.accepted_dtypes(op)
+        declared = impl.declared(op)
+        self.open_axes = [v for v in op.variants if v.latitude and v.name not in declared]
+
+    def applicable(self, v: Vector, params: dict, axis: str, values: Sequence[str]) -> str:
+        """The first supported value of an axis the vector leaves open that the
+        oracle takes with these inputs (stochastic rounding needs rbits)."""
+        if v.result == "invalid":
+            return values[0]
+        for value in values:
+            try:
+                self.op.oracle(**v.inputs, **{**params, axis: value})
+            except (ValueError, TypeError):
+                continue
+            return value
+        return values[0]
+
+    def accepts(self, case: Case) -> bool:
+        """Whether every input has a dtype the implementation declares it takes."""
+        return all(str(np.asarray(arr).dtype) in self.dtypes.get(name, (str(np.asarray(arr).dtype),))
+                   for name, arr in case.inputs.items())
+
+    def call(self, case: Case) -> np.ndarray:
+        inputs = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
+        return np.asarray(self.fn(**inputs, **case.params))
+
+    def expected(self, case: Case) -> np.ndarray:
+        return np.asarray(self.op.oracle(**case.inputs, **case.params))
+
+    def compare(self, case: Case, actual, expected, alternatives: Mapping[str, np.ndarray] | None = None):
+        """(comparison, acceptable-note): an undeclared latitude axis may match any value."""
+        cmp = self.op.compare(expected, actual)
+        self._record(cmp)
+        if cmp.ok:
+            return cmp, None
+        for axis in self.open_axes:
+            for value in axis.values:
+                if value == case.params.get(axis.name):
+                    continue
+                key = f"{axis.name}={value}"
+                if alternatives is not None:
+                    alt = alternatives.get(key)
+                else:
+                    alt = np.asarray(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
+                if alt is not None and self.op.compare(alt, actual).ok:
+                    return alt_ok(cmp), f"matches variant {key}"
+        return cmp, None
+
+    def _record(self, cmp: Comparison):
+        self.report.unit = self.report.unit or cmp.unit
+        self.report.tolerance = cmp.tolerance
+        if not cmp.ok:
+            self.report.worst = max(self.report.worst, cmp.worst)
+
+
+def alt_ok(cmp: Comparison) -> Comparison:
+    return Comparison(True, cmp.compared, 0, 0.0, cmp.unit, cmp.tolerance)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) < 400 else text[:400] + "..."
+
+
+def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None]] | None:
+    """The calls a vector asks for under this implementation's variants; None to skip.
+
+    Axes absent from the vector's params do not change its output: they take the
+    implementation's first supported value.
+    """
+    op = judge.op
+    params = dict(v.params)
+    latitude = {a.name for a in op.variants if a.latitude} if v.result == "acceptable" else set()
+    for axis, value in params.items():
+        if value not in judge.supported.get(axis, (value,)) and axis not in latitude:
+            return None
+    for axis, values in judge.supported.items():
+        if axis not in params:
+            params[axis] = judge.applicable(v, params, axis, values)
+    if v.result != "invalid" and not judge.accepts(Case(v.inputs, params)):
+        return None
+    open_axes = {a.name for a in judge.open_axes}
+    declared_lat = [a for a in sorted(latitude) if a in v.params and a not in open_axes]
+    if not declared_lat:
+        return [(Case(v.inputs, params), v.expected)]
+    axis = declared_lat[0]
+    runs = []
+    for value in judge.supported[axis]:
+        expected = v.expected if value == v.params[axis] else v.alternatives[f"{axis}={value}"]
+        runs.append((Case(v.inputs, {**params, axis: value}), expected))
+    return runs
+
+
+def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfails, skips):
+    for v in vectors:
+        part = str(v.id)
+        if any(e.matches(judge.op.name, part) for e in skips):
+            report.vectors_skipped += 1
+            continue
+        runs = _vector_runs(v, judge)
+        if runs is None:
+            report.vectors_skipped += 1
+            continue
+        report.vectors_run += 1
+        failure = None
+        for case, expected in runs:
+            failure = _check_vector(judge, v, case, expected)
+            if failure:
+                break
+        _settle(report, failure, judge.op.name, part, xfails)
+
+
+def _check_vector(judge: _Judge, v: Vector, case: Case, expected) -> Failure | None:
+    where = f"vector {v.id}"
+    if v.result == "invalid":
+        try:
+            judge.call(case)
+        except Exception:  # any rejection counts: the input must not be processed
+            return None
+        return Failure(where, v.comment, v.flags, dict(case.params), "accepted an input the spec says is invalid")
+    try:
+        actual = judge.call(case)
+    except Exception as exc:  # a crash on a valid input is a failure, reported as such
+        return Failure(where, v.comment, v.flags, dict(case.params), f"raised {_short(exc)}")
+    cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
+    if note:
+        judge.report.acceptable.append(f"{where}: {note}")
+    return None if cmp.ok else Failure(where, v.comment, v.flags, dict(case.params), cmp.describe())
+
+
+def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfails: Sequence[Entry]):
+    expected_fail = [e for e in xfails if e.matches(op, part)]
+    if failure is None:
+        if part.isdigit():
+            report.vectors_passed += 1
+        if expected_fail and expected_fail[0].part not in ("*", "properties"):
+            report.failures.append(Failure(f"{part}", "listed as xfail but passed (strict)", (), {},
+                                           expected_fail[0].reason))
+    elif expected_fail:
+        report.xfailed.append(failure)
+    else:
+        report.failures.append(failure)
+
+
+def _run_exhaustive(judge: _Judge, report: OpReport, xfails, skips):
+    if judge.op.exhaustive is None or any(e.matches(judge.op.name, "exhaustive") for e in skips):
+        return
+    failure = None
+    for i, case in enumerate(judge.op.exhaustive(judge.supported), start=1):
+        if not judge.accepts(case):
+            continue
+        report.exhaustive_cases += 1
+        where = f"exhaustive case {i}"
+        try:
+            actual = judge.call(case)
+        except Exception as exc:  # a crash on a valid input is a failure
+            failure = Failure(where, "exhaustive sweep", (), dict(case.params), f"raised {_short(exc)}")
+            break
+        cmp, note = judge.compare(case, actual, judge.expected(case))
+        if note:
+            report.acceptable.append(f"{where}: {note}")
+        if not cmp.ok:
+            failure = Failure(where, f"exhaustive sweep of {case.inputs and _describe_inputs(case)}", (),
+                              dict(case.params), cmp.describe())
+            break
+    _settle(report, failure, judge.op.name, "exhaustive", xfails)
+
+
+def _describe_inputs(case: Case) -> str:
+    parts = []
+    for name, arr in case.inputs.items():
+        arr = np.asarray(arr)
+        text = f"{name}: {arr.dtype}{list(arr.shape)}"
+        if arr.size <= 8:
+            text += " " + np.array2string(arr.reshape(-1), precision=17)
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _run_properties(judge: _Judge, report: OpReport, examples: int, shrink: bool, xfails, skips):
+    if examples <= 0 or any(e.matches(judge.op.name, "properties") for e in skips):
+        return
+    last: dict[str, Any] = {}
+
+    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+              phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,))
+    @given(st.data())
+    def prop(data):
+        case = data.draw(judge.op.examples(judge.supported), label="case")
+        assume(judge.accepts(case))
+        last["count"] = last.get("count", 0) + 1
+        try:
+            actual = judge.call(case)
+        except Exception as exc:  # a crash on a valid input is a failure
+            last["failure"] = (case, f"raised {_short(exc)}")
+            raise AssertionError("raised") from exc
+        cmp, note = judge.compare(case, actual, judge.expected(case))
+        if note:
+            report.acceptable.append(f"property: {note}")
+        if not cmp.ok:
+            last["failure"] = (case, cmp.describe())
+            raise AssertionError(cmp.describe())
+
+    failure = None
+    try:
+        prop()
+    except AssertionError:
+        case, detail = last["failure"]
+        failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}", (),
+                          dict(case.params), detail)
+    report.examples += last.get("count", 0)
+    _settle(report, failure, judge.op.name, "properties", xfails)
+
+
+def run(
+    impl: Implementation,
+    *,
+    ops: Sequence[str] | None = None,
+    examples: int = 50,
+    shrink: bool = True,
+    skips: Sequence[Entry] = (),
+    xfails: Sequence[Entry] = (),
+    golden: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Run the suite for every selected op (globs in `ops`, default all)."""
+    catalog = discover()
+    selected = [op for name, op in catalog.items() if not ops or any(fnmatchcase(name, p) for p in ops)]
+    if ops and not selected:
+        raise ValueError(f"--ops: {list(ops)} match no operation; `python -m ref list` shows them")
+    reports = []
+    for op in selected:
+        if progress:
+            progress(op.name)
+        reports.append(_run_op(op, impl, examples, shrink, skips, xfails, golden))
+    manifest = load_manifest(golden)
+    meta = {
+        "suite": {"name": "llm-ref", "version": ref.__version__},
+        "golden": {"generator_version": manifest["generator_version"], "golden_format": manifest["golden_format"]},
+        "platform": {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine()},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": {"examples": examples, "ops": list(ops or [])},
+    }
+    impl_meta = {"name": impl.name, "version": impl.version, "source": impl.source}
+    return Report(impl_meta, reports, meta)
+
+
+def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golden) -> OpReport:
+    report = OpReport(op.name, op.kind.value, op.spec)
+    fn = impl.ops.get(op.name)
+    if fn is None:
+        report.verdict = "not covered"
+        return report
+    whole_skip = [e for e in skips if e.matches(op.name, "*") and e.part == "*"]
+    if whole_skip:
+        report.verdict = "skipped"
+        report.notes.append(whole_skip[0].reason)
+        return report
+    judge = _Judge(op, fn, impl, report)
+    _run_vectors(judge, load_vectors(op.name, golden), report, xfails, skips)
+    _run_exhaustive(judge, report, xfails, skips)
+    _run_properties(judge, report, examples, shrink, xfails, skips)
+    whole_xfail = [e for e in xfails if e.matches(op.name, "*") and e.part == "*"]
+    if report.failures:
+        report.verdict = "fail"
+    elif whole_xfail and not report.xfailed:
+        report.verdict = "fail"
+        report.failures.append(Failure("op", "listed as xfail but passed (strict)", (), {}, whole_xfail[0].reason))
+    elif report.xfailed:
+        report.verdict = "xfail"
+    elif report.acceptable:
+        report.verdict = "acceptable-difference"
+    return report

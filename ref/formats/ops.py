@@ -1,0 +1,476 @@
+"""Catalog declarations of the formats area: element codecs and FP4 packing.
+
+The only file of the area that reaches up to `ref.testing`; `ref.conformance`
+discovers it. Operations, per format F of `FORMATS`:
+
+  formats.F.encode              x [, rbits] -> codes          (exact)
+  formats.F.decode              codes -> float32 values       (exact)
+  formats.float4_e2m1fn.pack    codes [..., 2n] -> bytes [..., n]
+  formats.float4_e2m1fn.unpack  bytes [..., n] -> codes [..., 2n]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ref.conformance.catalog import Flag, Kind, Op, Variant, seed_for
+from ref.formats.minifloat import FORMATS, FloatFormat, NanPolicy, Overflow, Rounding, decode, encode
+from ref.formats.packing import NIBBLE_ORDERS, pack_fp4, unpack_fp4
+from ref.testing.compare import compare_codes, compare_exact, compare_values
+from ref.testing.golden import Case, VectorSpec
+from ref.testing.strategies import (
+    codes,
+    edge_arrays,
+    edge_values,
+    float_bits_arrays,
+    realistic_arrays,
+    representable_values,
+    rounding_ties,
+    small_shapes,
+)
+
+SPEC = "spec/formats.md"
+
+FLAGS = {
+    "SignedZero": Flag("the sign of zero is dropped or invented",
+                       "-0 encodes as +0 (or the reverse); 1/x and sign tests flip"),
+    "NoNegativeZero": Flag("an FNUZ encoder keeps the sign bit on a zero result",
+                           "0x80 is NaN in FNUZ formats: a tiny negative value becomes NaN"),
+    "Subnormal": Flag("subnormal results flushed to zero (FTZ) or mis-scaled",
+                      "small magnitudes vanish; error near zero grows by orders of magnitude"),
+    "InputSubnormal": Flag("subnormal inputs treated as zero (DAZ)",
+                           "float32 subnormals lose their bfloat16/E8M0 codes"),
+    "MinNormal": Flag("the subnormal/normal boundary off by one binade",
+                      "values near the smallest normal are off by a factor of two"),
+    "MaxNormal": Flag("the largest finite value treated as overflow, or its code miscounted",
+                      "the top code of the format is lost"),
+    "RoundTrip": Flag("a representable value does not encode to its own code",
+                      "lossless data changes on a round trip"),
+    "TiesToEven": Flag("ties rounded away from zero or up instead of to the even code",
+                       "a half-ulp bias on every tie: systematic drift in accumulations"),
+    "RoundingDirection": Flag("truncation, or the wrong neighbour just off a tie",
+                              "errors of up to one ulp where half is the bound"),
+    "CarryIntoExponent": Flag("a mantissa rounding up past all ones does not carry into the exponent",
+                              "the value falls a whole binade"),
+    "OverflowBoundary": Flag("the overflow threshold placed at max instead of max plus half an ulp",
+                             "values between max and the tie overflow or saturate wrongly "
+                             "(ml_dtypes' E4M3FN NaN above 464 is this boundary)"),
+    "Overflow": Flag("overflow policy not honoured: NaN/Inf where the policy saturates, or a clamp where it does not",
+                     "a saturating kernel emits NaN that poisons a whole tile, or the reverse hides overflow"),
+    "Infinity": Flag("Inf input mishandled (NaN, zero, or the wrong saturation)",
+                     "an infinite input comes out as a number, or the wrong one"),
+    "NaN": Flag("NaN input not propagated",
+                "NaN silently becomes a finite value and hides a divergence"),
+    "NanNoNanFormat": Flag("(latitude) NaN into a format without NaN",
+                           "implementation-defined: result 'acceptable', each variant's code stored"),
+    "Underflow": Flag("values at or below half the smallest subnormal round the wrong way",
+                      "tiny values become zero where they should not, or the reverse"),
+    "DoubleRounding": Flag("float64 input rounded to float32 before encoding",
+                           "inputs just off a tie land on it and round the wrong way"),
+    "Float16Input": Flag("float16 input reinterpreted or widened wrongly",
+                         "half-precision activations encode to wrong codes"),
+    "DirectedRounding": Flag("a directed rounding mode implemented as another (floor as truncation...)",
+                             "scales or codes one step off for one sign"),
+    "TiesAway": Flag("round-half-away implemented as round-half-even or as ceiling",
+                     "ties go the wrong way in the declared ties-away variant"),
+    "StochasticRounding": Flag("random bits added at the wrong position or carried wrongly",
+                               "stochastic rounding becomes biased: its mean no longer equals the input"),
+    "E8M0": Flag("E8M0 special cases: zero, negatives, Inf, NaN, values below 2^-127",
+                 "a scale of zero or a negative amax yields a number instead of NaN"),
+    "ScaleCeil": Flag("an E8M0 scale computed by floor (truncation) instead of ceiling in .rp mode",
+                      "the block maximum overflows the element format after division by the scale"),
+    "Exhaustive": Flag("any single wrong code in a decoder table",
+                       "one value of the format decodes wrong"),
+    "NibbleOrder": Flag("FP4 nibbles packed high-first where low-first is declared, or the reverse",
+                        "every element pair is swapped: the tensor is silently permuted"),
+    "DirtyBits": Flag("bits outside a sub-byte code are not zero",
+                      "a consumer reading the whole byte sees garbage"),
+    "InvalidInput": Flag("bad input accepted silently",
+                         "a wrong dtype or shape is reinterpreted instead of rejected"),
+    "Random": Flag("any bug the curated vectors miss",
+                   "random values across the format's range"),
+}
+
+_RNE = Rounding.NEAREST_EVEN.value
+_DIRECTED = (Rounding.TOWARD_ZERO.value, Rounding.TOWARD_POSITIVE.value, Rounding.TOWARD_NEGATIVE.value)
+
+
+def _variants(f: FloatFormat) -> tuple[Variant, ...]:
+    out = [
+        Variant("rounding", tuple(r.value for r in Rounding), _RNE,
+                "rounding mode; stochastic takes rbits (uint32), up iff fraction + rbits/2^32 >= 1"),
+        Variant("overflow", tuple(o.value for o in f.overflow_policies()), f.default_overflow.value,
+                "saturate to max finite (PTX .satfinite) or go to Inf/NaN"),
+    ]
+    if not f.has_nan:
+        out.append(Variant("nan", tuple(p.value for p in NanPolicy), NanPolicy.MAX.value,
+                           "code written for NaN input: +max (PTX), +0, or ml_dtypes' zero of flipped sign",
+                           latitude=True))
+    return tuple(out)
+
+
+def _sample(values: np.ndarray, n: int) -> np.ndarray:
+    """All of `values` if few, else both ends and an even spread (deterministic)."""
+    if values.size <= n:
+        return values
+    idx = np.unique(np.concatenate([np.arange(16), np.linspace(0, values.size - 1, n).astype(int),
+                                    np.arange(values.size - 16, values.size)]))
+    return values[idx]
+
+
+def _both_signs(v) -> np.ndarray:
+    v = np.atleast_1d(np.asarray(v, dtype=np.float64))
+    return np.concatenate([v, -v])
+
+
+class _Vectors:
+    """Collects `VectorSpec`s for one encode op with the op's defaults filled in."""
+
+    def __init__(self, f: FloatFormat):
+        self.f = f
+        self.defaults = {v.name: v.default for v in _variants(f)}
+        self.specs: list[VectorSpec] = []
+
+    def add(self, comment, flags, x, *, dtype=np.float32, result="valid", rbits=None, **params):
+        x = np.asarray(x, dtype=np.float64).astype(dtype) if np.asarray(x).dtype != dtype else np.asarray(x)
+        inputs = {"x": x} if rbits is None else {"x": x, "rbits": np.asarray(rbits, dtype=np.uint32)}
+        latitude = ()
+        if not self.f.has_nan and np.isnan(x.astype(np.float64)).any() and result == "valid":
+            result, latitude = "acceptable", ("nan",)
+            flags = (*flags, "NanNoNanFormat")
+            params = {"nan": self.defaults["nan"], **params}
+        self.specs.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result, latitude))
+
+
+def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
+    v = _Vectors(f)
+    rng = np.random.default_rng(seed_for(f"formats.{f.name}.encode"))
+    values = representable_values(f)
+    ties = _sample(rounding_ties(f)[rounding_ties(f) > 0], 480)
+    tiny, mx = f.min_subnormal, f.max_normal
+    f32 = np.float32
+    both = ", both signs" if f.signed else ""
+    policies = [o.value for o in f.overflow_policies()]
+
+    if f.has_zero:
+        if f.has_negative_zero:
+            v.add("+0 and -0 keep their sign", ["SignedZero"], [0.0, -0.0])
+        else:
+            v.add("-0 encodes as +0: FNUZ has no negative zero (0x80 is NaN)", ["NoNegativeZero"], [0.0, -0.0])
+    else:
+        v.add("zero and -0 have no E8M0 code: NaN", ["E8M0"], [0.0, -0.0])
+    signs = _both_signs if f.signed else np.atleast_1d
+    if f.has_subnormals:
+        v.add(f"smallest subnormal{both}", ["Subnormal"], signs([tiny]))
+        v.add(f"largest subnormal{both}", ["Subnormal"], signs([f.min_normal - tiny]))
+        v.add("largest subnormal plus half an ulp carries into the smallest normal", ["CarryIntoExponent", "Subnormal"],
+              signs([f.min_normal - tiny / 2]))
+        v.add("half the smallest subnormal is a tie with zero: rounds to zero", ["Underflow", "TiesToEven"],
+              signs([tiny / 2]))
+        v.add("just above half the smallest subnormal rounds up to it", ["Underflow", "Subnormal"],
+              signs(np.nextafter(f32(tiny / 2), f32(1))))
+        v.add("far below the subnormal range rounds to zero", ["Underflow"], signs([tiny / 5, 1e-30, 1e-40]))
+    else:
+        v.add("values below 2^-127 have no smaller code: they give 2^-127", ["E8M0", "Underflow"],
+              [tiny / 2, tiny / 3, 1e-40, np.nextafter(f32(tiny), f32(0))])
+    v.add(f"smallest normal{both}", ["MinNormal"], signs([f.min_normal]))
+    v.add(f"largest finite value{both}", ["MaxNormal"], signs([mx]))
+    v.add("every listed representable value encodes to its own code", ["RoundTrip"],
+          signs(_sample(values[values > 0], 400)))
+    top_odd = (f.max_code & 1) == 1
+    boundary = mx + f.ulp_at_max / 2
+    for policy in policies:
+        if top_odd:
+            comment = f"max plus half an ulp: a tie whose even neighbour is past max ({policy})"
+        else:
+            comment = f"max plus half an ulp: a tie that rounds to the even max ({policy})"
+        v.add(comment, ["OverflowBoundary"], signs([boundary]), overflow=policy)
+        v.add(f"one float32 ulp past the overflow tie overflows ({policy})", ["OverflowBoundary", "Overflow"],
+              signs(np.nextafter(f32(boundary), f32(np.inf))), overflow=policy)
+        v.add(f"one float32 ulp below the overflow tie stays at max ({policy})", ["OverflowBoundary"],
+              signs(np.nextafter(f32(boundary), f32(0))), overflow=policy)
+        v.add(f"large finite values overflow ({policy})", ["Overflow"],
+              signs([2 * mx, 1e30, float(np.finfo(np.float32).max)]) if mx < 1e38 else
+              signs([float(np.finfo(np.float32).max)]), overflow=policy)
+        v.add(f"+-Inf ({policy})", ["Infinity"], signs([np.inf]), overflow=policy)
+    if f.signed:
+        v.add("NaN of both signs", ["NaN"], [np.nan, -np.nan])
+    else:
+        v.add("NaN and negative values are NaN in E8M0", ["E8M0", "NaN"], [np.nan, -1.0, -tiny, -np.inf])
+    v.add("every rounding tie rounds to the even code", ["TiesToEven"], signs(ties))
+    v.add("one float32 ulp above each tie rounds away from zero", ["RoundingDirection"],
+          signs(np.nextafter(ties.astype(f32), f32(np.inf))))
+    v.add("one float32 ulp below each tie rounds toward zero", ["RoundingDirection"],
+          signs(np.nextafter(ties.astype(f32), f32(0))))
+    binade_tops = values[(values > f.min_normal) & (np.frexp(values)[0] == 0.5)]  # powers of two
+    v.add("ties just below each power of two carry into the next binade", ["CarryIntoExponent", "TiesToEven"],
+          signs(binade_tops - _ulp_below(values, binade_tops) / 2))
+    sub32 = np.array([1, 2**10, 2**21, 2**22, 2**22 + 1, 2**22 + 2**21, 2**23 - 1], dtype=np.uint32).view(f32)
+    v.add("float32 subnormal inputs are values, not zeros (no DAZ)", ["InputSubnormal"], signs(sub32))
+    magnitudes = np.exp(rng.uniform(np.log(tiny / 4), np.log(min(mx * 2, 3e38)), 256))
+    rand = magnitudes * (rng.choice([-1.0, 1.0], 256) if f.signed else 1.0)
+    v.add("random float32 values across the format's range", ["Random"], rand)
+
+    # float64 inputs just off a tie: a float32 detour lands exactly on the tie.
+    eps = np.ldexp(1.0, -40)
+    t64 = ties.astype(np.float64)
+    off = np.concatenate([t64 * (1 + eps), t64 * (1 - eps)])
+    v.add("float64 inputs just off a tie round once, not through float32", ["DoubleRounding"],
+          signs(off), dtype=np.float64)
+    v.add("random float64 values", ["Random"], rand.astype(np.float64) * (1 + rng.uniform(-1e-9, 1e-9, 256)),
+          dtype=np.float64)
+    v.add("float16 inputs", ["Float16Input"], rand[np.abs(rand) < 6e4].astype(np.float16), dtype=np.float16)
+
+    # Directed and ties-away rounding.
+    probe = np.concatenate([ties, np.nextafter(ties.astype(f32), f32(0)), np.nextafter(ties.astype(f32), f32(np.inf)),
+                            _sample(values[values > 0], 64)])
+    for mode in _DIRECTED:
+        for policy in policies:
+            v.add(f"{mode}: ties and their neighbours ({policy})", ["DirectedRounding"], signs(probe),
+                  rounding=mode, overflow=policy)
+            v.add(f"{mode}: finite overflow and Inf ({policy})", ["DirectedRounding", "Overflow"],
+                  signs([2 * mx if mx < 1e38 else 3.4e38, np.inf]), rounding=mode, overflow=policy)
+    for policy in policies:
+        v.add(f"nearest_away: ties go away from zero ({policy})", ["TiesAway"], signs(probe),
+              rounding=Rounding.NEAREST_AWAY.value, overflow=policy)
+    if not f.signed:
+        v.add("toward_positive: E8M0 scales round up (PTX .rp), e.g. amax/6", ["ScaleCeil", "DirectedRounding"],
+              np.concatenate([rand / 6, [3.0, 5.0, 6.0, 0.75, 1.0 + 2**-20]]), rounding="toward_positive")
+
+    # Stochastic rounding: the random bits are an input.
+    sr_x = np.concatenate([probe[:128], rand[:64]]).astype(f32)
+    sr_x = signs(sr_x).astype(f32)
+    n = sr_x.size
+    v.add("stochastic, rbits = 0: truncation", ["StochasticRounding"], sr_x,
+          rbits=np.zeros(n), rounding="stochastic")
+    v.add("stochastic, rbits = 2^32 - 1: every inexact value steps away from zero", ["StochasticRounding"], sr_x,
+          rbits=np.full(n, 2**32 - 1), rounding="stochastic")
+    tie_x = signs(ties[:64]).astype(f32)
+    v.add("stochastic, tie with rbits = 2^31: the carry happens (fraction + 1/2 = 1)", ["StochasticRounding"],
+          tie_x, rbits=np.full(tie_x.size, 2**31), rounding="stochastic")
+    v.add("stochastic, tie with rbits = 2^31 - 1: no carry", ["StochasticRounding"],
+          tie_x, rbits=np.full(tie_x.size, 2**31 - 1), rounding="stochastic")
+    v.add("stochastic, random bits", ["StochasticRounding", "Random"], sr_x,
+          rbits=rng.integers(0, 2**32, n, dtype=np.uint64), rounding="stochastic")
+    v.add("stochastic, 16 random bits in the top half (hardware RNG width)", ["StochasticRounding"], sr_x,
+          rbits=rng.integers(0, 2**16, n, dtype=np.uint64) << 16, rounding="stochastic")
+
+    v.specs.append(VectorSpec("integer input is rejected", ("InvalidInput",),
+                              Case({"x": np.arange(4, dtype=np.int32)}), "invalid"))
+    return v.specs
+
+
+def _ulp_below(values: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Spacing of the format just below each of `points` (which are in `values`)."""
+    idx = np.searchsorted(values, points)
+    return values[idx] - values[idx - 1]
+
+
+def _decode_vectors(f: FloatFormat) -> list[VectorSpec]:
+    specs = []
+    if f.nbits <= 8:
+        specs.append(VectorSpec("every code of the format", ("Exhaustive",),
+                                Case({"codes": np.arange(1 << f.nbits).astype(f.code_dtype)})))
+    else:
+        rng = np.random.default_rng(seed_for(f"formats.{f.name}.decode"))
+        edges = [0, f.sign_mask, 1, f.sign_mask | 1, (1 << f.mbits) - 1, 1 << f.mbits, f.max_code,
+                 f.sign_mask | f.max_code, f.inf_code, f.sign_mask | f.inf_code, f.nan_code, f.sign_mask | f.nan_code,
+                 f.inf_code + 1]
+        specs.append(VectorSpec("zeros, subnormal and normal extremes, Inf, NaN", ("SignedZero", "Subnormal",
+                                "MaxNormal", "Infinity", "NaN"), Case({"codes": np.array(edges, dtype=f.code_dtype)})))
+        specs.append(VectorSpec("random codes", ("Random",),
+                                Case({"codes": rng.integers(0, 1 << f.nbits, 512).astype(f.code_dtype)})))
+        specs.append(VectorSpec("every subnormal code", ("Subnormal",),
+                                Case({"codes": np.arange(1 << f.mbits).astype(f.code_dtype)})))
+    specs.append(VectorSpec("codes of another width are rejected", ("InvalidInput",),
+                            Case({"codes": np.zeros(4, dtype=np.int32)}), "invalid"))
+    if f.nbits < 8:
+        specs.append(VectorSpec(f"codes with bits above bit {f.nbits - 1} are rejected", ("DirtyBits", "InvalidInput"),
+                                Case({"codes": np.array([0, 1 << f.nbits], dtype=np.uint8)}), "invalid"))
+    return specs
+
+
+def _encode_examples(f: FloatFormat):
+    def strategy(supported: Mapping[str, Sequence[str]]) -> st.SearchStrategy[Case]:
+        @st.composite
+        def case(draw):
+            x = draw(st.one_of(
+                edge_arrays(f),
+                float_bits_arrays(),
+                realistic_arrays(scale=st.sampled_from([f.min_normal, 1.0, f.max_normal / 8])),
+            ), label="x")
+            params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+            inputs = {"x": x}
+            if params["rounding"] == Rounding.STOCHASTIC.value:
+                inputs["rbits"] = draw(hnp.arrays(np.uint32, x.shape), label="rbits")
+            return Case(inputs, params)
+
+        return case()
+
+    return strategy
+
+
+def _encode_exhaustive(f: FloatFormat):
+    """Every bfloat16 bit pattern as float32, every float16 bit pattern, and every tie
+    +-1 ulp in float32 and float64."""
+
+    def cases(supported: Mapping[str, Sequence[str]]) -> Iterable[Case]:
+        bf16_all = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
+        f16_all = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+        ev32 = edge_values(f, np.float32)
+        ties32 = np.concatenate([ev32["ties"], ev32["tie_neighbours"]])
+        ties64 = np.concatenate(list(edge_values(f, np.float64).values()))
+        axes = [a for a in supported]
+        combos = [{}]
+        for axis in axes:
+            values = [val for val in supported[axis] if val != Rounding.STOCHASTIC.value]
+            combos = [{**c, axis: val} for c in combos for val in values]
+        for params in combos:
+            for x in (bf16_all, f16_all, ties32, ties64):
+                yield Case({"x": x}, params)
+
+    return cases
+
+
+def _codes_examples(f: FloatFormat):
+    def strategy(supported):
+        return codes(f).map(lambda c: Case({"codes": c}, {}))
+
+    return strategy
+
+
+def _codes_exhaustive(f: FloatFormat):
+    def cases(supported):
+        yield Case({"codes": np.arange(1 << f.nbits, dtype=np.int64).astype(f.code_dtype)}, {})
+
+    return cases
+
+
+def _format_of(f: FloatFormat, *names: str):
+    return lambda name, arr: f.name if name in names else None
+
+
+def _element_ops(f: FloatFormat) -> list[Op]:
+    enc = Op(
+        name=f"formats.{f.name}.encode",
+        kind=Kind.EXACT,
+        oracle=partial(encode, fmt=f.name),
+        summary=f"float16/32/64 -> {f.name} codes",
+        spec=f"{SPEC}#encode",
+        variants=_variants(f),
+        vectors=partial(_encode_vectors, f),
+        examples=_encode_examples(f),
+        compare=partial(compare_codes, fmt=f.name),
+        array_format=_format_of(f, "expected"),
+        exhaustive=_encode_exhaustive(f),
+    )
+    dec = Op(
+        name=f"formats.{f.name}.decode",
+        kind=Kind.EXACT,
+        oracle=partial(decode, fmt=f.name),
+        summary=f"{f.name} codes -> float32",
+        spec=f"{SPEC}#decode",
+        variants=(),
+        vectors=partial(_decode_vectors, f),
+        examples=_codes_examples(f),
+        compare=partial(compare_values, fmt="float32"),
+        array_format=_format_of(f, "codes"),
+        exhaustive=_codes_exhaustive(f),
+    )
+    return [enc, dec]
+
+
+_ORDER = Variant("order", NIBBLE_ORDERS, "low_first",
+                 "which nibble holds element 0: low (PyTorch, vLLM, TE, FlashInfer, OCP) or high")
+
+
+def _pack_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.float4_e2m1fn.pack"))
+    specs = []
+    for order in NIBBLE_ORDERS:
+        p = {"order": order}
+        specs += [
+            VectorSpec(f"two distinct codes show which nibble is element 0 ({order})", ("NibbleOrder",),
+                       Case({"codes": np.array([0x1, 0xE], dtype=np.uint8)}, p)),
+            VectorSpec(f"every pair of codes ({order})", ("NibbleOrder", "Exhaustive"),
+                       Case({"codes": np.stack(np.meshgrid(np.arange(16), np.arange(16)), -1)
+                             .reshape(-1).astype(np.uint8)}, p)),
+            VectorSpec(f"random codes with leading axes ({order})", ("NibbleOrder", "Random"),
+                       Case({"codes": rng.integers(0, 16, (3, 2, 32)).astype(np.uint8)}, p)),
+            VectorSpec(f"odd last axis is rejected ({order})", ("InvalidInput",),
+                       Case({"codes": np.zeros(3, dtype=np.uint8)}, p), "invalid"),
+            VectorSpec(f"a code above 15 is rejected ({order})", ("DirtyBits", "InvalidInput"),
+                       Case({"codes": np.array([0x10, 0x01], dtype=np.uint8)}, p), "invalid"),
+        ]
+    return specs
+
+
+def _unpack_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.float4_e2m1fn.unpack"))
+    specs = []
+    for order in NIBBLE_ORDERS:
+        p = {"order": order}
+        specs += [
+            VectorSpec(f"every byte ({order})", ("NibbleOrder", "Exhaustive"),
+                       Case({"packed": np.arange(256, dtype=np.uint8)}, p)),
+            VectorSpec(f"random bytes with leading axes ({order})", ("NibbleOrder", "Random"),
+                       Case({"packed": rng.integers(0, 256, (2, 3, 8)).astype(np.uint8)}, p)),
+            VectorSpec(f"non-uint8 input is rejected ({order})", ("InvalidInput",),
+                       Case({"packed": np.zeros(4, dtype=np.int32)}, p), "invalid"),
+        ]
+    return specs
+
+
+def _pack_examples(supported):
+    @st.composite
+    def case(draw):
+        shape = draw(small_shapes(max_dims=3, max_side=8), label="shape")
+        shape = (*shape[:-1], 2 * shape[-1])
+        c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 15)), label="codes")
+        return Case({"codes": c}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
+
+    return case()
+
+
+def _unpack_examples(supported):
+    @st.composite
+    def case(draw):
+        b = draw(hnp.arrays(np.uint8, small_shapes(max_dims=3, max_side=8)), label="packed")
+        return Case({"packed": b}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
+
+    return case()
+
+
+_FP4 = FORMATS["float4_e2m1fn"]
+
+OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
+    Op(
+        name="formats.float4_e2m1fn.pack",
+        kind=Kind.EXACT,
+        oracle=pack_fp4,
+        summary="FP4 codes [..., 2n] -> bytes [..., n]",
+        spec=f"{SPEC}#packing",
+        variants=(_ORDER,),
+        vectors=_pack_vectors,
+        examples=_pack_examples,
+        compare=compare_exact,
+        array_format=lambda name, arr: {"codes": "float4_e2m1fn", "expected": "float4_e2m1fn_x2"}.get(name),
+    ),
+    Op(
+        name="formats.float4_e2m1fn.unpack",
+        kind=Kind.EXACT,
+        oracle=unpack_fp4,
+        summary="bytes [..., n] -> FP4 codes [..., 2n]",
+        spec=f"{SPEC}#packing",
+        variants=(_ORDER,),
+        vectors=_unpack_vectors,
+        examples=_unpack_examples,
+        compare=partial(compare_codes, fmt=_FP4.name),
+        array_format=lambda name, arr: {"packed": "float4_e2m1fn_x2", "expected": "float4_e2m1fn"}.get(name),
+    ),
+]

@@ -1,0 +1,55 @@
+"""Bit packing of sub-byte codes: two FP4 codes per byte.
+
+Element 0 of each pair goes in the low nibble (bits 3..0) and element 1 in the
+high nibble: the order of PyTorch's float4_e2m1fn_x2, vLLM, TransformerEngine,
+FlashInfer, and of the OCP MX spec's packed layout. `order="high_first"` is the
+other order (PTX `cvt.*.e2m1x2` writes its first operand to the high nibble).
+
+FP6 codes are stored one per byte with the top two bits zero: that is the code
+layout `encode` returns, so FP6 needs no packing function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["NIBBLE_ORDERS", "pack_fp4", "unpack_fp4"]
+
+NIBBLE_ORDERS = ("low_first", "high_first")
+
+
+def _check_order(order: str) -> None:
+    if order not in NIBBLE_ORDERS:
+        raise ValueError(f"order: expected one of {NIBBLE_ORDERS}, got {order!r}")
+
+
+def pack_fp4(codes: ArrayLike, *, order: str = "low_first") -> NDArray[np.uint8]:
+    """Pack FP4 codes [..., 2n] (uint8, values 0..15) into bytes [..., n]."""
+    _check_order(order)
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"codes: expected uint8 FP4 codes, got dtype {codes.dtype}")
+    if codes.ndim == 0 or codes.shape[-1] % 2:
+        raise ValueError(f"codes: the last axis must have even length, got shape {codes.shape}")
+    if codes.size and int(codes.max()) > 15:
+        raise ValueError(f"codes: FP4 codes are 0..15, got {int(codes.max())}")
+    first, second = codes[..., 0::2], codes[..., 1::2]
+    if order == "high_first":
+        first, second = second, first
+    return (first | (second << 4)).astype(np.uint8)
+
+
+def unpack_fp4(packed: ArrayLike, *, order: str = "low_first") -> NDArray[np.uint8]:
+    """Unpack bytes [..., n] into FP4 codes [..., 2n] (uint8, values 0..15)."""
+    _check_order(order)
+    packed = np.asarray(packed)
+    if packed.dtype != np.uint8:
+        raise TypeError(f"packed: expected uint8 bytes, got dtype {packed.dtype}")
+    if packed.ndim == 0:
+        raise ValueError("packed: expected at least one axis, got a scalar")
+    low, high = packed & 0x0F, packed >> 4
+    if order == "high_first":
+        low, high = high, low
+    out = np.stack([low, high], axis=-1)  # [..., n, 2]
+    return out.reshape(*packed.shape[:-1], 2 * packed.shape[-1]).astype(np.uint8)

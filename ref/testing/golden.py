@@ -1,0 +1,269 @@
+"""Golden vectors: Wycheproof-style groups, stored as JSON plus NPZ, with a manifest.
+
+Layout of a golden folder (spec/conformance.md documents it for non-Python readers):
+
+  manifest.json              suite, generator version, notes per flag, ops, sha256 per file
+  <area>/<op>.json           the op's vectors: id, comment, flags, result, params, array keys
+  <area>/<op>.npz            the arrays, one .npy member per key "<id>.<name>"
+
+NPZ members are written deterministically (fixed timestamps, stored order), so
+regenerating unchanged vectors reproduces the files byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "GOLDEN_FORMAT",
+    "RESULTS",
+    "Case",
+    "Vector",
+    "VectorSpec",
+    "build_vectors",
+    "golden_dir",
+    "load_manifest",
+    "load_vectors",
+    "read_npz",
+    "sha256_file",
+    "write_npz",
+]
+
+GOLDEN_FORMAT = 1
+RESULTS = ("valid", "invalid", "acceptable")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of an operation: named array inputs and variant parameters."""
+
+    inputs: Mapping[str, np.ndarray]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """What an area's generator declares; the expected output comes from the oracle.
+
+    latitude: variant axes whose other values are also acceptable for this input
+    (result must then be "acceptable"); their outputs are stored as alternatives.
+    """
+
+    comment: str
+    flags: tuple[str, ...]
+    case: Case
+    result: str = "valid"
+    latitude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Vector:
+    """A stored vector: a spec with its id, expected output and acceptable alternatives."""
+
+    id: int
+    comment: str
+    flags: tuple[str, ...]
+    result: str
+    params: Mapping[str, Any]
+    inputs: Mapping[str, np.ndarray]
+    expected: np.ndarray | None
+    alternatives: Mapping[str, np.ndarray]
+    formats: Mapping[str, str]
+
+    @property
+    def case(self) -> Case:
+        return Case(self.inputs, self.params)
+
+
+def _free_axes(spec: VectorSpec, oracle, variant_values, expected) -> dict[str, str]:
+    """Pin the axes the output depends on; the rest stay absent from the params.
+
+    Starting from every axis the spec does not set, the output is computed under
+    the whole product of their values; while any applicable combination differs,
+    the first axis is pinned to its default (its first value) and the rest retried.
+    """
+    free = [a for a in variant_values if a not in spec.case.params]
+    pinned: dict[str, str] = {}
+    while free:
+        combos = [{}]
+        for axis in free:
+            combos = [{**c, axis: v} for c in combos for v in variant_values[axis]]
+        if all(_same(oracle, spec, {**pinned, **c}, expected) is not False for c in combos):
+            break
+        pinned[free[0]] = variant_values[free[0]][0]
+        free = free[1:]
+    return pinned
+
+
+def _same(oracle, spec: VectorSpec, params, expected) -> bool | None:
+    """Whether the output under `params` equals `expected`; None where the oracle
+    rejects the combination (stochastic rounding without rbits): not applicable."""
+    try:
+        out = np.asarray(oracle(**spec.case.inputs, **spec.case.params, **params))
+    except (ValueError, TypeError):
+        return None
+    return out.dtype == expected.dtype and out.shape == expected.shape and out.tobytes() == expected.tobytes()
+
+
+def build_vectors(
+    specs: Sequence[VectorSpec],
+    oracle: Callable[..., Any],
+    variant_values: Mapping[str, Sequence[str]],
+    formats: Callable[[str, np.ndarray], str | None],
+) -> list[Vector]:
+    """Number the specs and run the oracle on each (invalid ones must raise).
+
+    A variant axis the spec does not set is left out of the vector's params when
+    the output is the same under each of its values; otherwise it is pinned to
+    its default (the first value listed).
+    """
+    vectors = []
+    for i, spec in enumerate(specs, start=1):
+        if spec.result not in RESULTS:
+            raise ValueError(f"result: expected one of {RESULTS}, got {spec.result!r}")
+        if bool(spec.latitude) != (spec.result == "acceptable"):
+            raise ValueError(f"vector {i} ({spec.comment}): latitude goes with result 'acceptable'")
+        expected, alternatives, params = None, {}, dict(spec.case.params)
+        if spec.result == "invalid":
+            try:
+                oracle(**spec.case.inputs, **params)
+            except (ValueError, TypeError):
+                pass
+            else:
+                raise ValueError(f"vector {i} ({spec.comment}): the oracle accepted an invalid input")
+        else:
+            defaults = {a: v[0] for a, v in variant_values.items() if a not in params}
+            expected = np.asarray(oracle(**spec.case.inputs, **params, **defaults))
+            params.update(_free_axes(spec, oracle, variant_values, expected))
+            for axis in spec.latitude:
+                for value in variant_values[axis]:
+                    if value != params[axis]:
+                        alt = {**params, axis: value}
+                        alternatives[f"{axis}={value}"] = np.asarray(oracle(**spec.case.inputs, **alt))
+        arrays = {**spec.case.inputs, **({"expected": expected} if expected is not None else {})}
+        fmts = {name: fmt for name, arr in arrays.items() if (fmt := formats(name, arr))}
+        vectors.append(
+            Vector(i, spec.comment, tuple(spec.flags), spec.result, params,
+                   dict(spec.case.inputs), expected, alternatives, fmts)
+        )
+    return vectors
+
+
+def golden_dir() -> Path:
+    """The bundled golden folder: inside the installed package, else the checkout's."""
+    packaged = resources.files("ref") / "_golden"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "golden"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write arrays as an NPZ whose bytes depend only on the arrays."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for key, arr in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.ascontiguousarray(arr), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, member.getvalue())
+    Path(path).write_bytes(buf.getvalue())
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+def _array_entry(key: str, arr: np.ndarray, fmt: str | None) -> dict[str, Any]:
+    entry = {"key": key, "dtype": arr.dtype.str, "shape": list(arr.shape)}
+    if fmt:
+        entry["format"] = fmt
+    return entry
+
+
+def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vector]):
+    """The JSON document and the NPZ arrays of one op's group of vectors."""
+    arrays: dict[str, np.ndarray] = {}
+    entries = []
+    for v in vectors:
+        def put(name: str, arr: np.ndarray, fmt: str | None) -> dict[str, Any]:
+            key = f"{v.id}.{name}"
+            arrays[key] = arr
+            return _array_entry(key, arr, fmt)
+
+        entry = {
+            "id": v.id,
+            "comment": v.comment,
+            "flags": list(v.flags),
+            "result": v.result,
+            "params": dict(v.params),
+            "inputs": {n: put(n, a, v.formats.get(n)) for n, a in v.inputs.items()},
+        }
+        if v.expected is not None:
+            entry["expected"] = put("expected", v.expected, v.formats.get("expected"))
+        if v.alternatives:
+            entry["alternatives"] = {
+                k: put(f"alt.{k}", a, v.formats.get("expected")) for k, a in v.alternatives.items()
+            }
+        entries.append(entry)
+    doc = {"op": op_name, **meta, "golden_format": GOLDEN_FORMAT, "vectors": entries}
+    return doc, arrays
+
+
+def dump_json(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+def load_manifest(directory: Path | None = None) -> dict[str, Any]:
+    directory = Path(directory) if directory else golden_dir()
+    path = directory / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"golden: no manifest.json in {directory} (run `python -m ref golden --write`)")
+    return json.loads(path.read_text())
+
+
+def _verified(directory: Path, manifest: Mapping[str, Any], rel: str) -> Path:
+    path = directory / rel
+    want = manifest["files"].get(rel)
+    if want is None or not path.is_file() or sha256_file(path) != want:
+        raise ValueError(f"golden: {rel} does not match its sha256 in the manifest (edited by hand?)")
+    return path
+
+
+def load_vectors(op_name: str, directory: Path | None = None) -> list[Vector]:
+    """Read one op's vectors, after verifying both files against the manifest."""
+    directory = Path(directory) if directory else golden_dir()
+    manifest = load_manifest(directory)
+    info = manifest["ops"].get(op_name)
+    if info is None:
+        return []
+    doc = json.loads(_verified(directory, manifest, info["json"]).read_text())
+    arrays = read_npz(_verified(directory, manifest, info["npz"]))
+    vectors = []
+    for e in doc["vectors"]:
+        inputs = {n: arrays[a["key"]] for n, a in e["inputs"].items()}
+        formats = {n: a["format"] for n, a in e["inputs"].items() if "format" in a}
+        expected = None
+        if "expected" in e:
+            expected = arrays[e["expected"]["key"]]
+            if "format" in e["expected"]:
+                formats["expected"] = e["expected"]["format"]
+        alternatives = {k: arrays[a["key"]] for k, a in e.get("alternatives", {}).items()}
+        vectors.append(Vector(e["id"], e["comment"], tuple(e["flags"]), e["result"], e["params"],
+                              inputs, expected, alternatives, formats))
+    return vectors
