@@ -1,0 +1,3 @@
+from ref.testing import profiles
+
+profiles.load()

@@ -1,0 +1,73 @@
+"""Implementations of the formats ops: correct alternatives and the bug corpus."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from corpus import table_codec as tc
+from ref.conformance.catalog import discover
+from ref.conformance.implementation import Implementation
+
+
+def _all_variants(names):
+    """Declare every variant value of each op (the table codec implements them all)."""
+    catalog = discover()
+    return {n: catalog[n].variant_values for n in names if catalog[n].variants}
+
+
+def table_codec(bugs=(), formats=tc.FORMAT_NAMES, kinds=("encode", "decode"), variants=None, name=None):
+    ops = {}
+    for f in formats:
+        if "encode" in kinds:
+            ops[f"formats.{f}.encode"] = partial(tc.encode, fmt=f, bugs=bugs)
+        if "decode" in kinds:
+            ops[f"formats.{f}.decode"] = partial(tc.decode, fmt=f, bugs=bugs)
+    if "pack" in kinds:
+        ops["formats.float4_e2m1fn.pack"] = partial(tc.pack, bugs=bugs)
+        ops["formats.float4_e2m1fn.unpack"] = partial(tc.unpack, bugs=bugs)
+    declared = _all_variants(ops) if variants is None else variants
+    return Implementation(name=name or f"table codec {'+'.join(bugs) or 'correct'}", ops=ops, variants=declared)
+
+
+# name -> (bugs, formats, kinds, variants declared (None: all), the flag that must catch it)
+BUGS = {
+    "round half away from zero": (("half_away",), ("float8_e4m3fn",), ("encode",), {}, "TiesToEven"),
+    "truncation instead of rounding": (("truncate",), ("float4_e2m1fn",), ("encode",), {}, "TiesToEven"),
+    "overflow to NaN where the policy saturates": (("overflow_nan",), ("float8_e4m3fn",), ("encode",), {},
+                                                   "OverflowBoundary"),
+    "subnormals flushed to zero": (("ftz",), ("float8_e5m2",), ("encode",), {}, "Subnormal"),
+    "-0 lost": (("lose_neg_zero",), ("bfloat16",), ("encode",), {}, "SignedZero"),
+    "FNUZ zero keeps its sign (becomes NaN)": (("fnuz_neg_zero",), ("float8_e4m3fnuz",), ("encode",), {},
+                                              "NoNegativeZero"),
+    "float32 subnormal inputs treated as zero": (("daz",), ("bfloat16",), ("encode",), {}, "InputSubnormal"),
+    "float64 rounded through float32": (("double_round",), ("float6_e3m2fn",), ("encode",), {}, "DoubleRounding"),
+    "E8M0 .rp computed as floor": (("e8m0_floor",), ("float8_e8m0fnu",), ("encode",),
+                                   {"formats.float8_e8m0fnu.encode": {"rounding": ["toward_positive"]}},
+                                   "DirectedRounding"),
+    "overflow threshold at max, not max + half ulp": (("sat_at_max",), ("float8_e4m3fn",), ("encode",),
+                                                      {"formats.float8_e4m3fn.encode":
+                                                       {"overflow": ["nonsaturating"]}}, "OverflowBoundary"),
+    "Inf saturates under the nonsaturating policy": (("inf_to_max",), ("float8_e5m2",), ("encode",),
+                                                     {"formats.float8_e5m2.encode":
+                                                      {"overflow": ["nonsaturating"]}}, "Infinity"),
+    "NaN encoded as zero": (("nan_to_zero",), ("float8_e4m3fn",), ("encode",), {}, "NaN"),
+    "stochastic carry needs strictly more than one": (("sr_strict",), ("float8_e4m3fn",), ("encode",),
+                                                      {"formats.float8_e4m3fn.encode": {"rounding": ["stochastic"]}},
+                                                      "StochasticRounding"),
+    "stochastic bits placed at the bottom": (("sr_lsb",), ("bfloat16",), ("encode",),
+                                             {"formats.bfloat16.encode": {"rounding": ["stochastic"]}},
+                                             "StochasticRounding"),
+    "FP4 sign written to bit 7": (("dirty_sign",), ("float4_e2m1fn",), ("encode",), {}, "SignedZero"),
+    "decoder gives subnormals an implicit one": (("subnormal_as_normal",), ("float8_e4m3fn",), ("decode",), {},
+                                                 "Exhaustive"),
+    "FNUZ decoded with the OCP bias": (("bias_off_by_one",), ("float8_e4m3fnuz",), ("decode",), {},
+                                       "Exhaustive"),
+    "NaN code decoded as a number": (("nan_as_number",), ("float8_e4m3fn",), ("decode",), {}, "Exhaustive"),
+    "FP4 nibble order swapped": (("swap",), (), ("pack",), {}, "NibbleOrder"),
+    "FP4 pack accepts codes above 15": (("no_range_check",), (), ("pack",), {}, "DirtyBits"),
+}
+
+
+def bug(name):
+    bugs, formats, kinds, variants, _ = BUGS[name]
+    return table_codec(bugs, formats, kinds, variants, name=name)
