@@ -71,3 +71,9 @@ BUGS = {
 def bug(name):
     bugs, formats, kinds, variants, _ = BUGS[name]
     return table_codec(bugs, formats, kinds, variants, name=name)
+
+
+# Loadable as --impl corpus.formats_impls:HALF_AWAY (the CLI and pytest plugin tests).
+HALF_AWAY = bug("round half away from zero")
+SWAPPED_NIBBLES = bug("FP4 nibble order swapped")
+CORRECT = table_codec(kinds=("encode", "decode", "pack"), name="table codec")

@@ -1,0 +1,103 @@
+"""The public strategies deliver what they promise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+
+from ref.formats import FORMATS, decode, encode
+from ref.testing.strategies import (
+    block_shapes,
+    codes,
+    edge_arrays,
+    edge_values,
+    float_bits_arrays,
+    outlier_arrays,
+    realistic_arrays,
+    representable_values,
+    rounding_ties,
+)
+
+NAMES = list(FORMATS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_edge_values_cover_every_class(name):
+    f = FORMATS[name]
+    ev = edge_values(f, np.float32)
+    assert set(ev) == {"zeros", "subnormals", "normals", "overflow", "special", "ties", "tie_neighbours"}
+    assert np.signbit(ev["zeros"]).tolist() == [False, True]
+    assert f.max_normal in ev["normals"] and f.min_normal in ev["normals"]
+    assert np.isnan(ev["special"]).sum() == 2 and np.isinf(ev["special"]).sum() == 2
+    if f.has_subnormals:
+        assert f.min_subnormal in ev["subnormals"]
+    top_tie = f.max_normal + f.ulp_at_max / 2
+    assert top_tie in ev["ties"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ties_are_exact_midpoints(name):
+    f = FORMATS[name]
+    v = representable_values(f)
+    ties = rounding_ties(f)
+    pos = ties[ties > 0]
+    i = np.searchsorted(v, pos)
+    inner = i < len(v)
+    assert np.array_equal(pos[inner] * 2, v[i[inner]] + v[i[inner] - 1])
+    # RNE lands on a neighbour with an even code (or overflows past max).
+    c = encode(pos.astype(np.float32), f, overflow="saturate")
+    assert (((c & 1) == 0) | (c == f.max_code)).all()
+
+
+@given(name=st.sampled_from(NAMES), data=st.data())
+def test_codes_stay_inside_the_format(name, data):
+    f = FORMATS[name]
+    c = data.draw(codes(f))
+    assert c.dtype == f.code_dtype and (c.astype(np.int64) < (1 << f.nbits)).all()
+    decode(c, f)  # every drawn code is decodable
+
+
+def test_codes_reach_nan_and_the_top_code():
+    f = FORMATS["float8_e4m3fn"]
+    find(codes(f), lambda c: (c == 0x7F).any())
+    find(codes(f), lambda c: (c == 0x7E).any())
+
+
+@given(data=st.data())
+def test_float_bits_arrays_reach_specials(data):
+    x = data.draw(float_bits_arrays(dtype=st.just(np.dtype(np.float32))))
+    assert x.dtype == np.float32
+
+
+def test_float_bits_and_edge_arrays_find_every_class():
+    f = FORMATS["float8_e5m2"]
+    for pred in (lambda x: np.isnan(x).any(), lambda x: np.isinf(x).any(),
+                 lambda x: ((x != 0) & (np.abs(x) < f.min_normal)).any(),
+                 lambda x: (np.abs(x) > f.max_normal).any() & np.isfinite(x).all()):
+        find(edge_arrays(f, dtype=st.just(np.dtype(np.float32))), pred, settings=settings(max_examples=2000))
+    find(edge_arrays(f), lambda x: x.dtype == np.float64)
+
+
+@given(shape=block_shapes(block=32))
+def test_block_shapes(shape):
+    assert shape[-1] % 32 == 0 and shape[-1] >= 32
+
+
+def test_block_shapes_rejects_bad_block():
+    with pytest.raises(ValueError, match="block"):
+        block_shapes(block=0)
+
+
+@given(x=realistic_arrays(scale=st.just(10.0), dtype=st.just(np.dtype(np.float32))))
+def test_realistic_arrays_have_the_drawn_scale(x):
+    assert x.dtype == np.float32 and np.isfinite(x).all()
+    if x.size > 200:
+        assert 5 < x.std() < 20
+
+
+@given(x=outlier_arrays(fraction=st.just(0.01), magnitude=st.just(1000.0), dtype=st.just(np.dtype(np.float64))))
+def test_outlier_arrays_have_an_outlier(x):
+    assert np.abs(x).max() >= 1000.0
+    assert np.median(np.abs(x)) < 1000.0 or x.size < 8
