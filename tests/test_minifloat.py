@@ -124,14 +124,18 @@ def test_agrees_with_the_table_codec_in_every_variant(name):
     xs = [np.concatenate(list(edge_values(f, dt).values())) for dt in (np.float32, np.float64)]
     xs += [BF16_ALL[::7], F16_ALL[::5]]
     nans = [p.value for p in NanPolicy] if not f.has_nan else ["max"]
+    negatives = ["nan", "magnitude"] if not f.signed else ["nan"]
     for x in xs:
         for r in Rounding:
             rb = rng.integers(0, 2**32, x.shape, dtype=np.uint64).astype(np.uint32) if r is Rounding.STOCHASTIC else None
             for o in f.overflow_policies():
                 for nan in nans:
-                    a = encode(x, f, rounding=r, overflow=o, nan=nan, rbits=rb)
-                    b = table_codec.encode(x, name, rounding=r.value, overflow=o.value, nan=nan, rbits=rb)
-                    assert _same_codes(f, a, b).all(), (r, o, nan, x[~_same_codes(f, a, b)][:4])
+                    for neg in negatives:
+                        a = encode(x, f, rounding=r, overflow=o, nan=nan, rbits=rb, negative=neg)
+                        b = table_codec.encode(x, name, rounding=r.value, overflow=o.value, nan=nan, rbits=rb,
+                                               negative=neg)
+                        same = _same_codes(f, a, b)
+                        assert same.all(), (r, o, nan, neg, x[~same][:4])
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -274,6 +278,8 @@ def test_input_is_not_modified():
         (lambda: encode(np.float32([1, 2]), "float8_e5m2", rounding="stochastic", rbits=np.uint32([1])),
          ValueError, ["rbits", "(1,)"]),
         (lambda: encode(np.float32([1]), "float8_e5m2", rbits=np.uint32([1])), ValueError, ["rbits"]),
+        (lambda: encode(np.float32([1]), "float8_e5m2", negative="magnitude"), ValueError,
+         ["negative", "float8_e5m2"]),
         (lambda: decode(np.uint16([1]), "float8_e5m2"), TypeError, ["codes", "uint16"]),
         (lambda: decode(np.uint8([0x10]), "float4_e2m1fn"), ValueError, ["codes", "0x10"]),
         (lambda: decode(np.uint8([0x40]), "float6_e2m3fn"), ValueError, ["codes", "0x40"]),

@@ -44,6 +44,7 @@ __all__ = [
     "NATIVE_FORMATS",
     "NanEncoding",
     "NanPolicy",
+    "NegativePolicy",
     "Overflow",
     "Rounding",
     "decode",
@@ -80,6 +81,13 @@ class NanPolicy(enum.Enum):
     MAX = "max"  # +max finite whatever the NaN's sign (PTX cvt .satfinite)
     ZERO = "zero"  # +0
     ZERO_FLIPPED_SIGN = "zero_flipped_sign"  # ml_dtypes: +NaN -> -0, -NaN -> +0
+
+
+class NegativePolicy(enum.Enum):
+    """What a zero or negative input becomes in an unsigned format without zero (E8M0)."""
+
+    NAN = "nan"  # NaN (0xFF): ml_dtypes, and the reading that E8M0 has neither sign nor zero
+    MAGNITUDE = "magnitude"  # encode |x|; zero clamps to 2^-127 (torch, CUDA's host conversion)
 
 
 class NanEncoding(enum.Enum):
@@ -333,6 +341,7 @@ def encode(
     rounding: Rounding | str = Rounding.NEAREST_EVEN,
     overflow: Overflow | str | None = None,
     nan: NanPolicy | str = NanPolicy.MAX,
+    negative: NegativePolicy | str = NegativePolicy.NAN,
     rbits: ArrayLike | None = None,
 ) -> NDArray:
     """Round float16/32/64 values to the codes of `fmt`, bit-exact.
@@ -349,7 +358,7 @@ def encode(
       overflow  -> the same as Inf, except that under nonsaturating overflow a finite
                    value rounded toward zero (toward_zero, or the directed mode pointing
                    at zero for its sign) gives +-max, as IEEE 754 section 7.4 says
-      negative  -> NaN in an unsigned format (E8M0)
+      negative  -> in an unsigned format (E8M0), `negative`: NaN, or the code of |x|
       below the smallest value of a format without zero (E8M0) -> the smallest value
     `rounding="stochastic"` needs `rbits` (uint32, same shape as x): the magnitude
     steps up iff discarded_fraction + rbits / 2^32 >= 1.
@@ -361,6 +370,9 @@ def encode(
     rounding = _enum(rounding, Rounding, "rounding")
     overflow = f.default_overflow if overflow is None else _enum(overflow, Overflow, "overflow")
     nan = _enum(nan, NanPolicy, "nan")
+    negative = _enum(negative, NegativePolicy, "negative")
+    if f.signed and negative is not NegativePolicy.NAN:
+        raise ValueError(f"negative: only unsigned formats take a negative policy; {f.name} is signed")
     if overflow not in f.overflow_policies():
         raise ValueError(
             f"overflow: {f.name} has neither Inf nor NaN, so only 'saturate' applies; "
@@ -382,6 +394,9 @@ def encode(
         raise ValueError(f"x: {x.dtype} has fewer mantissa bits than {f.name}; pass a wider float")
     sbias = (1 << (sebits - 1)) - 1
     bits = x.view(uint).astype(np.uint64)
+    if negative is NegativePolicy.MAGNITUDE:
+        bits &= np.uint64((1 << (sebits + smbits)) - 1)  # drop the sign: encode |x|
+    negative_policy_is_nan = negative is NegativePolicy.NAN
     negative = (bits >> np.uint64(sebits + smbits)) == 1
     field_e = ((bits >> np.uint64(smbits)) & np.uint64((1 << sebits) - 1)).astype(np.int64)
     field_m = bits & np.uint64((1 << smbits) - 1)
@@ -442,7 +457,7 @@ def encode(
     else:
         nan_code = sign | f.nan_code
     codes = np.where(is_nan, nan_code, codes)
-    if not f.has_zero:
+    if not f.has_zero and negative_policy_is_nan:
         codes = np.where(is_zero, f.nan_code, codes)
     if not f.signed:
         codes = np.where(negative, f.nan_code, codes)

@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ref.conformance.catalog import Flag, Kind, Op, Variant, seed_for
-from ref.formats.minifloat import FORMATS, FloatFormat, NanPolicy, Overflow, Rounding, decode, encode
+from ref.formats.minifloat import (
+    FORMATS,
+    FloatFormat,
+    NanPolicy,
+    NegativePolicy,
+    Overflow,
+    Rounding,
+    decode,
+    encode,
+)
 from ref.formats.packing import NIBBLE_ORDERS, pack_fp4, unpack_fp4
 from ref.testing.compare import compare_codes, compare_exact, compare_values
 from ref.testing.golden import Case, VectorSpec
@@ -107,6 +116,10 @@ def _variants(f: FloatFormat) -> tuple[Variant, ...]:
         Variant("overflow", tuple(o.value for o in f.overflow_policies()), f.default_overflow.value,
                 "saturate to max finite (PTX .satfinite) or go to Inf/NaN"),
     ]
+    if not f.signed:
+        out.append(Variant("negative", tuple(p.value for p in NegativePolicy), NegativePolicy.NAN.value,
+                           "zero and negative input: NaN (ml_dtypes) or the code of |x|, zero giving the "
+                           "smallest value (torch, CUDA's host conversion)"))
     if not f.has_nan:
         out.append(Variant("nan", tuple(p.value for p in NanPolicy), NanPolicy.MAX.value,
                            "code written for NaN input: +max (PTX), +0, or ml_dtypes' zero of flipped sign",
@@ -239,6 +252,10 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
         v.add(f"nearest_away: ties go away from zero ({policy})", ["TiesAway"], signs(probe),
               rounding=Rounding.NEAREST_AWAY.value, overflow=policy)
     if not f.signed:
+        v.add("magnitude: zero and -0 give the smallest value, 2^-127", ["E8M0"], [0.0, -0.0],
+              negative="magnitude")
+        v.add("magnitude: negative values encode |x|; NaN and Inf stay special", ["E8M0"],
+              np.concatenate([-rand[:32], [-np.inf, np.nan, -tiny]]), negative="magnitude")
         v.add("toward_positive: E8M0 scales round up (PTX .rp), e.g. amax/6", ["ScaleCeil", "DirectedRounding"],
               np.concatenate([rand / 6, [3.0, 5.0, 6.0, 0.75, 1.0 + 2**-20]]), rounding="toward_positive")
 

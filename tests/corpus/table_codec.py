@@ -32,12 +32,12 @@ def _table(name):
     return np.array(mags), codes[: len(mags)]
 
 
-def encode(x, fmt, rounding="nearest_even", overflow=None, nan="max", rbits=None, bugs=()):
+def encode(x, fmt, rounding="nearest_even", overflow=None, nan="max", rbits=None, negative="nan", bugs=()):
     with np.errstate(all="ignore"):
-        return _encode(x, fmt, rounding, overflow, nan, rbits, bugs)
+        return _encode(x, fmt, rounding, overflow, nan, rbits, negative, bugs)
 
 
-def _encode(x, fmt, rounding, overflow, nan, rbits, bugs):
+def _encode(x, fmt, rounding, overflow, nan, rbits, negative, bugs):
     f = get_format(fmt)
     x = np.asarray(x)
     if x.dtype.kind != "f":
@@ -48,7 +48,7 @@ def _encode(x, fmt, rounding, overflow, nan, rbits, bugs):
         x = x.astype(np.float32)
     vals, codes = _table(f.name)
     ax = np.abs(x.astype(np.float64))
-    neg = np.signbit(x)
+    neg = np.signbit(x) & (negative == "nan")
     if "daz" in bugs:
         ax = np.where(ax < np.finfo(x.dtype).tiny, 0.0, ax)
     finite = np.isfinite(ax)
@@ -123,7 +123,7 @@ def _encode(x, fmt, rounding, overflow, nan, rbits, bugs):
     else:
         nan_code = {"max": f.max_code, "zero": 0, "zero_flipped_sign": np.where(neg, 0, f.sign_mask)}[nan]
     out = np.where(isnan, nan_code, out)
-    if not f.has_zero:
+    if not f.has_zero and negative == "nan":
         out = np.where(ax == 0, f.nan_code, out)
     if not f.signed:
         out = np.where(neg, f.nan_code, out)

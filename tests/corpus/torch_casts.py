@@ -1,0 +1,62 @@
+"""torch's dtype casts (CPU) as an implementation under test: another library.
+
+Declared variants, as measured against the oracle (torch 2.13): float32 -> E4M3FN
+saturates (Inf too); the other FP8 casts do not saturate; E8M0 rounds to nearest
+with ties up and encodes |x| (zero gives 2^-127), like CUDA's host conversion;
+float64 inputs go through float32 (double rounding), so only float32/float16
+inputs are declared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+NAME = "torch casts"
+VERSION = torch.__version__
+
+_TYPES = {
+    "float8_e4m3fn": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2,
+    "float8_e4m3fnuz": torch.float8_e4m3fnuz,
+    "float8_e5m2fnuz": torch.float8_e5m2fnuz,
+    "float8_e8m0fnu": torch.float8_e8m0fnu,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def _encoder(dtype):
+    bits = torch.uint16 if dtype.itemsize == 2 else torch.uint8
+
+    def encode(x, **variant):
+        if x.dtype.kind != "f":
+            raise TypeError(f"x: expected floats, got {x.dtype}")
+        return torch.from_numpy(np.ascontiguousarray(x)).to(dtype).view(bits).numpy()
+
+    return encode
+
+
+def _decoder(dtype):
+    bits = torch.uint16 if dtype.itemsize == 2 else torch.uint8
+
+    def decode(codes):
+        if codes.dtype != np.dtype(f"uint{8 * dtype.itemsize}"):
+            raise TypeError(f"codes: expected uint{8 * dtype.itemsize}, got {codes.dtype}")
+        return torch.from_numpy(np.ascontiguousarray(codes)).view(bits).view(dtype).float().numpy()
+
+    return decode
+
+
+OPS = {}
+for _name, _dtype in _TYPES.items():
+    OPS[f"formats.{_name}.encode"] = _encoder(_dtype)
+    OPS[f"formats.{_name}.decode"] = _decoder(_dtype)
+
+DTYPES = {"formats.*.encode": {"x": ["float32", "float16"]}}
+VARIANTS = {
+    "formats.float8_e5m2*.encode": {"overflow": ["nonsaturating"]},
+    "formats.float8_e4m3fnuz.encode": {"overflow": ["nonsaturating"]},
+    "formats.float8_e8m0fnu.encode": {"rounding": ["nearest_away"], "overflow": ["nonsaturating"],
+                                      "negative": ["magnitude"]},
+}
