@@ -304,20 +304,21 @@ def _check_source(x: ArrayLike) -> NDArray:
     return x
 
 
-def _round_up(odd, r, shift, negative, rounding: Rounding, rbits):
+def _round_up(odd, r, shift, cap, negative, rounding: Rounding, rbits):
     """Whether the truncated magnitude code steps up by one.
 
     odd: the truncated code's last bit (ties-to-even looks at the code, which for
     E8M0, with no mantissa bits, is the exponent's last bit). r is the discarded
-    part, `shift` bits wide (uncapped: sig has at most 53 bits, so r == sig
-    whenever shift > 53).
+    part, `shift` bits wide; past `cap` bits, r holds all of sig and the half-way
+    point lies above it.
     """
+    U = r.dtype.type
     inexact = r != 0
-    half = np.uint64(1) << (np.minimum(shift, 63) - 1).clip(0).astype(np.uint64)
-    if rounding is Rounding.NEAREST_EVEN:
+    if rounding is Rounding.NEAREST_EVEN or rounding is Rounding.NEAREST_AWAY:
+        half = (U(1) << np.clip(shift, 0, cap + 1).astype(U)) >> U(1)
+        if rounding is Rounding.NEAREST_AWAY:
+            return inexact & (r >= half)
         return inexact & ((r > half) | ((r == half) & odd))
-    if rounding is Rounding.NEAREST_AWAY:
-        return inexact & (r >= half)
     if rounding is Rounding.TOWARD_ZERO:
         return np.zeros(r.shape, dtype=bool)
     if rounding is Rounding.TOWARD_POSITIVE:
@@ -327,10 +328,12 @@ def _round_up(odd, r, shift, negative, rounding: Rounding, rbits):
     # Stochastic: up iff r / 2^shift + u / 2^32 >= 1, decided exactly in uint64:
     #   shift <= 32:  r * 2^(32 - shift) + u >= 2^32
     #   shift  > 32:  floor(r / 2^(shift - 32)) >= 2^32 - u
+    r = r.astype(np.uint64)
+    shift = shift.astype(np.int64)
     u = rbits.astype(np.uint64)
     two32 = np.uint64(1 << 32)
-    narrow = (r << (32 - np.minimum(shift, 32)).astype(np.uint64)) + u >= two32
-    wide = (r >> (np.clip(shift, 32, 95) - 32).clip(0, 63).astype(np.uint64)) >= two32 - u
+    narrow = (r << (32 - np.clip(shift, 0, 32)).astype(np.uint64)) + u >= two32
+    wide = (r >> (np.clip(shift, 32, 95) - 32).astype(np.uint64)) >= two32 - u
     return inexact & np.where(shift > 32, wide, narrow)
 
 
@@ -392,76 +395,108 @@ def encode(
     uint, sebits, smbits = _SOURCES[x.dtype]
     if f.mbits > smbits:
         raise ValueError(f"x: {x.dtype} has fewer mantissa bits than {f.name}; pass a wider float")
+    # Work on flat chunks that stay in cache; float16/32 inputs fit 32-bit integers.
+    wide = np.uint64 if x.dtype == np.float64 else np.uint32
+    bits = np.ascontiguousarray(x).reshape(-1).view(uint)
+    flat_rbits = None if rbits is None else np.ascontiguousarray(rbits).reshape(-1)
+    out = np.empty(bits.size, dtype=f.code_dtype)
+    for i in range(0, bits.size, _CHUNK):
+        chunk = slice(i, i + _CHUNK)
+        out[chunk] = _encode_bits(
+            bits[chunk].astype(wide), (sebits, smbits), f, rounding, overflow, nan, negative,
+            None if flat_rbits is None else flat_rbits[chunk],
+        )
+    return out.reshape(x.shape)
+
+
+_CHUNK = 1 << 16
+
+
+def _encode_bits(bits, source, f: FloatFormat, rounding, overflow, nan, negative_policy, rbits):
+    """Codes of `f` for the IEEE bit patterns `bits` (uint32 or uint64, 1-D) of a
+    source format with `source` = (exponent bits, mantissa bits)."""
+    U = bits.dtype.type
+    S = np.int64 if U is np.uint64 else np.int32
+    cap = 62 if U is np.uint64 else 30  # shifts past this leave sig (< 2^53 or 2^24) whole in r
+    sebits, smbits = source
     sbias = (1 << (sebits - 1)) - 1
-    bits = x.view(uint).astype(np.uint64)
-    if negative is NegativePolicy.MAGNITUDE:
-        bits &= np.uint64((1 << (sebits + smbits)) - 1)  # drop the sign: encode |x|
-    negative_policy_is_nan = negative is NegativePolicy.NAN
-    negative = (bits >> np.uint64(sebits + smbits)) == 1
-    field_e = ((bits >> np.uint64(smbits)) & np.uint64((1 << sebits) - 1)).astype(np.int64)
-    field_m = bits & np.uint64((1 << smbits) - 1)
+    if negative_policy is NegativePolicy.MAGNITUDE:
+        bits = bits & U((1 << (sebits + smbits)) - 1)  # drop the sign: encode |x|
+    negative = (bits >> U(sebits + smbits)) == 1
+    field_e = ((bits >> U(smbits)) & U((1 << sebits) - 1)).astype(S)
+    field_m = bits & U((1 << smbits) - 1)
     is_special = field_e == (1 << sebits) - 1  # Inf or NaN
-    is_nan = is_special & (field_m != 0)
-    is_inf = is_special & (field_m == 0)
     is_zero = (field_e == 0) & (field_m == 0)
 
     # |x| = sig * 2^e2 exactly; ex = floor(log2 |x|).
     normal = field_e > 0
-    sig = np.where(normal, field_m | np.uint64(1 << smbits), field_m)
-    e2 = np.where(normal, field_e, 1) - sbias - smbits
-    ex = field_e - sbias
+    sig = field_m | (normal.astype(U) << U(smbits))  # the implicit leading one
+    e2 = np.maximum(field_e, S(1)) - S(sbias + smbits)
+    ex = field_e - S(sbias)
     sub = ~normal & ~is_zero
     if sub.any():
-        ex[sub] = _bit_length(sig[sub]) - 1 + e2[sub]
+        ex[sub] = (_bit_length(sig[sub].astype(np.uint64)) - 1 + e2[sub]).astype(S)
 
-    # Round sig * 2^e2 to a multiple of the target quantum 2^q.
-    q = np.maximum(ex, f.emin) - f.mbits
-    shift = q - e2  # < 0 only for source subnormals the target holds exactly
-    capped = np.clip(shift, 0, 62).astype(np.uint64)
-    n = np.where(shift < 0, sig << np.clip(-shift, 0, 62).astype(np.uint64), sig >> capped)
-    r = sig & ((np.uint64(1) << capped) - np.uint64(1))
+    # Round sig * 2^e2 at the target quantum 2^q, q = max(ex, emin) - m.
+    ex_t = np.maximum(ex, S(f.emin))
+    shift = ex_t - S(f.mbits) - e2  # < 0 only for source subnormals the target holds exactly
+    capped = np.clip(shift, 0, cap).astype(U)
+    n = sig >> capped
+    exact_sub = shift < 0
+    if exact_sub.any():
+        n[exact_sub] = sig[exact_sub] << (-shift[exact_sub]).astype(U)
+    r = sig & ((U(1) << capped) - U(1))
     # The truncated magnitude code; rounding up adds one, and a mantissa carry
     # moves into the exponent field by itself.
-    exp_field = np.maximum(ex, f.emin) - f.emin + (1 if f.has_subnormals else 0)
-    mag = (exp_field << f.mbits) + n.astype(np.int64) - (1 << f.mbits)
-    mag = mag + _round_up((mag & 1) == 1, r, shift, negative, rounding, rbits)
+    exp_field = ex_t - S(f.emin - (1 if f.has_subnormals else 0))
+    mag = (exp_field << S(f.mbits)) + n.astype(S) - S(1 << f.mbits)
+    mag += _round_up((mag & 1) == 1, r, shift, cap, negative, rounding, rbits)
     if not f.has_zero:
-        mag = np.maximum(mag, 0)
+        np.maximum(mag, 0, out=mag)
+    is_inf = is_special & (field_m == 0)
     overflowed = (mag > f.max_code) | is_inf
-    if overflow is Overflow.SATURATE:
-        over_code = f.max_code
-    else:
-        # IEEE 754 7.4: a finite overflow rounded toward zero stays at max finite.
-        toward_zero = {
-            Rounding.TOWARD_ZERO: True,
-            Rounding.TOWARD_POSITIVE: negative,
-            Rounding.TOWARD_NEGATIVE: ~negative,
-        }.get(rounding, False)
-        over_code = np.where(toward_zero & ~is_inf, f.max_code,
-                             f.inf_code if f.has_inf else f.nan_code)
-    mag = np.where(overflowed, over_code, mag)
-    mag = np.where(is_zero, 0, mag)
+    if overflowed.any():
+        mag[overflowed] = _overflow_code(f, overflow, rounding, negative, is_inf)[overflowed]
+    mag[is_zero] = 0
 
-    sign = np.where(negative, f.sign_mask, 0)
+    sign = np.where(negative, S(f.sign_mask), S(0))
     if not f.has_negative_zero:
-        sign = np.where(mag == 0, 0, sign)
+        sign[mag == 0] = 0
     codes = sign | mag
+    is_nan = is_special & (field_m != 0)
+    if is_nan.any():
+        codes[is_nan] = _nan_code(f, nan, negative, sign)[is_nan]
+    if not f.has_zero and negative_policy is NegativePolicy.NAN:
+        codes[is_zero] = f.nan_code
+    if not f.signed:
+        codes[negative] = f.nan_code
+    return codes.astype(f.code_dtype)
+
+
+def _overflow_code(f: FloatFormat, overflow: Overflow, rounding: Rounding, negative, is_inf):
+    """Magnitude code of an overflowed element (broadcast over the chunk)."""
+    if overflow is Overflow.SATURATE:
+        return np.full(negative.shape, f.max_code)
+    # IEEE 754 7.4: a finite overflow rounded toward zero stays at max finite.
+    toward_zero = {
+        Rounding.TOWARD_ZERO: np.ones_like(negative),
+        Rounding.TOWARD_POSITIVE: negative,
+        Rounding.TOWARD_NEGATIVE: ~negative,
+    }.get(rounding, np.zeros_like(negative))
+    return np.where(toward_zero & ~is_inf, f.max_code, f.inf_code if f.has_inf else f.nan_code)
+
+
+def _nan_code(f: FloatFormat, nan: NanPolicy, negative, sign):
+    """Code of a NaN input (broadcast over the chunk)."""
     if not f.has_nan:
-        nan_code = {
-            NanPolicy.MAX: f.max_code,
-            NanPolicy.ZERO: 0,
+        return {
+            NanPolicy.MAX: np.full(negative.shape, f.max_code),
+            NanPolicy.ZERO: np.zeros(negative.shape, dtype=int),
             NanPolicy.ZERO_FLIPPED_SIGN: np.where(negative, 0, f.sign_mask),
         }[nan]
-    elif f.nan is NanEncoding.NEGATIVE_ZERO:
-        nan_code = f.nan_code
-    else:
-        nan_code = sign | f.nan_code
-    codes = np.where(is_nan, nan_code, codes)
-    if not f.has_zero and negative_policy_is_nan:
-        codes = np.where(is_zero, f.nan_code, codes)
-    if not f.signed:
-        codes = np.where(negative, f.nan_code, codes)
-    return codes.astype(f.code_dtype)
+    if f.nan is NanEncoding.NEGATIVE_ZERO:
+        return np.full(negative.shape, f.nan_code)
+    return sign | f.nan_code
 
 
 def _check_codes(codes: ArrayLike, f: FloatFormat) -> NDArray:

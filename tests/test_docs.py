@@ -1,0 +1,49 @@
+"""The prose stays true to the code: spec doctests, anchors, variants, README commands."""
+
+from __future__ import annotations
+
+import doctest
+import re
+from pathlib import Path
+
+import pytest
+
+import ref.formats
+from ref.conformance.catalog import discover
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "spec").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_spec_examples_run(page):
+    result = doctest.testfile(str(page), module_relative=False, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+
+
+def test_every_op_points_at_an_existing_section_that_names_its_variants():
+    for name, op in discover().items():
+        path, _, anchor = op.spec.partition("#")
+        text = (ROOT / path).read_text()
+        assert f'<a id="{anchor}"></a>' in text, (name, op.spec)
+        for variant in op.variants:
+            for value in variant.values:
+                assert f"`{value}`" in text or f"| {value} |" in text, (name, variant.name, value)
+
+
+def test_every_public_function_is_on_its_page():
+    text = (ROOT / "spec" / "formats.md").read_text()
+    for name in ref.formats.__all__:
+        if callable(getattr(ref.formats, name)) and name[0].islower():
+            assert f"{name}(" in text or f"`{name}`" in text, name
+
+
+def test_readme_commands_are_the_ones_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    main_job = 'pip install . && python -m ref conform'
+    tests = 'pip install ".[test]" && pytest'
+    assert main_job in readme and tests in readme
+    assert "python -m ref conform" in ci and "pytest" in ci and 'pip install ".[test]"' in ci
+    for link in re.findall(r"\]\((spec/[^)#]+)", readme):
+        assert (ROOT / link).is_file(), link
