@@ -47,3 +47,26 @@ def test_readme_commands_are_the_ones_ci_runs():
     assert "python -m ref conform" in ci and "pytest" in ci and 'pip install ".[test]"' in ci
     for link in re.findall(r"\]\((spec/[^)#]+)", readme):
         assert (ROOT / link).is_file(), link
+
+
+def test_readme_adapter_example_runs_and_passes(tmp_path):
+    pytest.importorskip("torch")
+    import importlib
+    import sys
+
+    from ref.conformance.implementation import load_implementation
+    from ref.conformance.runner import run
+
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(# my_adapter\.py.*?)```", readme, re.S).group(1)
+    (tmp_path / "my_adapter.py").write_text(code)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        impl = load_implementation("my_adapter")
+        report = run(impl, examples=10, shrink=False)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("my_adapter", None)
+        importlib.invalidate_caches()
+    assert report.ok, report.details()
+    assert [r.verdict for r in report.ops if r.verdict != "not covered"] == ["pass"]

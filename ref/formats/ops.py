@@ -277,8 +277,10 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
     v.add("stochastic, 16 random bits in the top half (hardware RNG width)", ["StochasticRounding"], sr_x,
           rbits=rng.integers(0, 2**16, n, dtype=np.uint64) << 16, rounding="stochastic")
 
-    v.specs.append(VectorSpec("integer input is rejected", ("InvalidInput",),
-                              Case({"x": np.arange(4, dtype=np.int32)}), "invalid"))
+    v.specs.append(VectorSpec("stochastic rounding with rbits of another shape is rejected, not broadcast",
+                              ("InvalidInput", "StochasticRounding"),
+                              Case({"x": sr_x[:4], "rbits": np.zeros(1, dtype=np.uint32)},
+                                   {"rounding": "stochastic"}), "invalid"))
     return v.specs
 
 

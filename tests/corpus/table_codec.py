@@ -77,7 +77,9 @@ def _encode(x, fmt, rounding, overflow, nan, rbits, negative, bugs):
     elif rounding == "toward_negative":
         up = neg
     elif rounding == "stochastic":
-        u = np.asarray(rbits).astype(np.float64)
+        if np.shape(rbits) != x.shape and "no_rbits_check" not in bugs:
+            raise ValueError("rbits: one uint32 per element of x")
+        u = np.broadcast_to(np.asarray(rbits), x.shape).astype(np.float64)
         if "sr_lsb" in bugs:  # 16 random bits placed at the bottom instead of the top
             u = np.floor(u / 2.0**16)
         if "sr_strict" in bugs:
