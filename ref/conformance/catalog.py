@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -82,7 +82,6 @@ class Op:
     compare: Callable[[np.ndarray, np.ndarray], Comparison]
     array_format: Callable[[str, np.ndarray], str | None] = lambda name, arr: None
     exhaustive: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def seed(self) -> int:

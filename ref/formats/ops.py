@@ -24,7 +24,6 @@ from ref.formats.minifloat import (
     FloatFormat,
     NanPolicy,
     NegativePolicy,
-    Overflow,
     Rounding,
     decode,
     encode,
