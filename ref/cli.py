@@ -73,6 +73,7 @@ def _conform(args) -> int:
         skips=_entries(args.skips_file, "skips"),
         xfails=_entries(xfails_path, "xfails"),
         golden=args.golden,
+        large=args.large,
         progress=progress,
     )
     print(f"llm-ref {report.meta['suite']['version']} conformance: {impl.name} {impl.version} ({impl.source})")
@@ -113,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", help="comma-separated op names or globs (default: all)")
     p.add_argument("--examples", type=int, default=50, help="hypothesis examples per op (default 50)")
     p.add_argument("--no-shrink", action="store_true", help="report the first failing example unshrunk")
+    p.add_argument("--large", action="store_true",
+                   help="also run each op's large cases (past 2^24 elements; seconds per op)")
     p.add_argument("--report", help="write a JSON report here")
     p.add_argument("--skips-file", help="lines 'op[/part] reason': not run")
     p.add_argument("--xfails-file", help="lines 'op[/part] reason': expected to fail")

@@ -68,7 +68,8 @@ class Op:
     oracle(**case.inputs, **case.params) is the reference; an implementation's
     callable takes the same keywords. examples(supported) draws `Case`s whose params
     use only the variant values an implementation supports; exhaustive(supported)
-    yields deterministic cases run before the random ones.
+    yields deterministic cases run before the random ones; large(supported) yields
+    cases past 2^24 elements, run on request (`conform --large`).
     """
 
     name: str
@@ -82,6 +83,7 @@ class Op:
     compare: Callable[[np.ndarray, np.ndarray], Comparison]
     array_format: Callable[[str, np.ndarray], str | None] = lambda name, arr: None
     exhaustive: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
+    large: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
 
     @property
     def seed(self) -> int:

@@ -36,15 +36,15 @@ VERDICTS = ("pass", "fail", "acceptable-difference", "xfail", "skipped", "not co
 
 @dataclass(frozen=True)
 class Entry:
-    """A skip or xfail line: an op glob, optionally '/part' (vector id, 'properties',
-    'exhaustive' or '*'), and a mandatory reason."""
+    """A skip or xfail line: an op glob, optionally '/part' (a vector id, a vector flag,
+    'exhaustive', 'large', 'properties' or '*'), and a mandatory reason."""
 
     op: str
     part: str
     reason: str
 
-    def matches(self, op: str, part: str) -> bool:
-        return fnmatchcase(op, self.op) and (self.part in ("*", part))
+    def matches(self, op: str, part: str, flags: Sequence[str] = ()) -> bool:
+        return fnmatchcase(op, self.op) and (self.part in ("*", part) or self.part in flags)
 
 
 def parse_entries(text: str, *, source: str = "entries") -> list[Entry]:
@@ -178,9 +178,16 @@ class _Judge:
         return all(str(np.asarray(arr).dtype) in self.dtypes.get(name, (str(np.asarray(arr).dtype),))
                    for name, arr in case.inputs.items())
 
-    def call(self, case: Case) -> np.ndarray:
-        inputs = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
-        return np.asarray(self.fn(**inputs, **case.params))
+    def call(self, case: Case, layout: str = "C") -> np.ndarray:
+        """Call the candidate on copies of the inputs laid out in memory as `layout`
+        says; an implementation that writes into its inputs fails."""
+        inputs = {k: _lay_out(np.asarray(v), layout) for k, v in case.inputs.items()}
+        out = np.asarray(self.fn(**inputs, **case.params))
+        for name, arr in inputs.items():
+            original = np.asarray(case.inputs[name])
+            if arr.shape != original.shape or arr.tobytes() != np.ascontiguousarray(original).tobytes():
+                raise InputModified(f"the implementation modified its input {name!r} in place")
+        return out
 
     def expected(self, case: Case) -> np.ndarray:
         return np.asarray(self.op.oracle(**case.inputs, **case.params))
@@ -210,6 +217,32 @@ class _Judge:
         self.report.tolerance = cmp.tolerance
         if not cmp.ok:
             self.report.worst = max(self.report.worst, cmp.worst)
+
+
+LAYOUTS = ("C", "F", "strided")
+
+
+class InputModified(Exception):
+    """An implementation wrote into an array it was given."""
+
+
+def _lay_out(a: np.ndarray, layout: str) -> np.ndarray:
+    """A copy of `a` with the same values in another memory layout: C order, Fortran
+    order, or a view whose last axis has stride 2 (a kernel reading raw memory must
+    follow the strides)."""
+    if layout == "F" and a.ndim >= 2:
+        return np.asfortranarray(a.copy())
+    if layout == "strided" and a.ndim >= 1:
+        buf = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), dtype=a.dtype)
+        buf[..., ::2] = a
+        return buf[..., ::2]
+    return np.array(a, copy=True, order="C")
+
+
+def _layouts(case: Case) -> tuple[str, ...]:
+    """The layouts worth trying for a case: C always; others where they differ."""
+    ndim = max((np.ndim(a) for a in case.inputs.values()), default=0)
+    return ("C",) + (("strided",) if ndim >= 1 else ()) + (("F",) if ndim >= 2 else ())
 
 
 def _short(exc: BaseException) -> str:
@@ -249,7 +282,7 @@ def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None
 def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfails, skips):
     for v in vectors:
         part = str(v.id)
-        if any(e.matches(judge.op.name, part) for e in skips):
+        if any(e.matches(judge.op.name, part, v.flags) for e in skips):
             report.vectors_skipped += 1
             continue
         runs = _vector_runs(v, judge)
@@ -262,7 +295,7 @@ def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfa
             failure = _check_vector(judge, v, case, expected)
             if failure:
                 break
-        _settle(report, failure, judge.op.name, part, xfails)
+        _settle(report, failure, judge.op.name, part, xfails, v.flags)
 
 
 def _check_vector(judge: _Judge, v: Vector, case: Case, expected) -> Failure | None:
@@ -273,22 +306,29 @@ def _check_vector(judge: _Judge, v: Vector, case: Case, expected) -> Failure | N
         except Exception:  # any rejection counts: the input must not be processed
             return None
         return Failure(where, v.comment, v.flags, dict(case.params), "accepted an input the spec says is invalid")
-    try:
-        actual = judge.call(case)
-    except Exception as exc:  # a crash on a valid input is a failure, reported as such
-        return Failure(where, v.comment, v.flags, dict(case.params), f"raised {_short(exc)}")
-    cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
-    if note:
-        judge.report.acceptable.append(f"{where}: {note}")
-    return None if cmp.ok else Failure(where, v.comment, v.flags, dict(case.params), cmp.describe())
+    for layout in _layouts(case):
+        label = "" if layout == "C" else f" (inputs in {layout} layout)"
+        try:
+            actual = judge.call(case, layout)
+        except Exception as exc:  # a crash on a valid input is a failure, reported as such
+            return Failure(where, v.comment + label, v.flags, dict(case.params), f"raised {_short(exc)}")
+        cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
+        if note:
+            judge.report.acceptable.append(f"{where}: {note}")
+        if not cmp.ok:
+            return Failure(where, v.comment + label, v.flags, dict(case.params), cmp.describe())
+    return None
 
 
-def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfails: Sequence[Entry]):
-    expected_fail = [e for e in xfails if e.matches(op, part)]
+def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfails: Sequence[Entry],
+            flags: Sequence[str] = ()):
+    """Count a check's outcome; an xfail entry naming exactly this check (a vector id,
+    'exhaustive', 'large') that passes is a failure (strict)."""
+    expected_fail = [e for e in xfails if e.matches(op, part, flags)]
     if failure is None:
         if part.isdigit():
             report.vectors_passed += 1
-        if expected_fail and expected_fail[0].part not in ("*", "properties"):
+        if expected_fail and expected_fail[0].part == part and part != "properties":
             report.failures.append(Failure(f"{part}", "listed as xfail but passed (strict)", (), {},
                                            expected_fail[0].reason))
     elif expected_fail:
@@ -297,28 +337,31 @@ def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfail
         report.failures.append(failure)
 
 
-def _run_exhaustive(judge: _Judge, report: OpReport, xfails, skips):
-    if judge.op.exhaustive is None or any(e.matches(judge.op.name, "exhaustive") for e in skips):
+def _run_exhaustive(judge: _Judge, report: OpReport, xfails, skips, *, large: bool = False):
+    """Deterministic sweeps (and, when asked, the large cases) in C layout."""
+    part = "large" if large else "exhaustive"
+    source = judge.op.large if large else judge.op.exhaustive
+    if source is None or any(e.matches(judge.op.name, part) for e in skips):
         return
     failure = None
-    for i, case in enumerate(judge.op.exhaustive(judge.supported), start=1):
+    for i, case in enumerate(source(judge.supported), start=1):
         if not judge.accepts(case):
             continue
         report.exhaustive_cases += 1
-        where = f"exhaustive case {i}"
+        where = f"{part} case {i}"
         try:
             actual = judge.call(case)
         except Exception as exc:  # a crash on a valid input is a failure
-            failure = Failure(where, "exhaustive sweep", (), dict(case.params), f"raised {_short(exc)}")
+            failure = Failure(where, f"{part} sweep", (), dict(case.params), f"raised {_short(exc)}")
             break
         cmp, note = judge.compare(case, actual, judge.expected(case))
         if note:
             report.acceptable.append(f"{where}: {note}")
         if not cmp.ok:
-            failure = Failure(where, f"exhaustive sweep of {case.inputs and _describe_inputs(case)}", (),
-                              dict(case.params), cmp.describe())
+            failure = Failure(where, f"{part} sweep of {_describe_inputs(case)}", (), dict(case.params),
+                              cmp.describe())
             break
-    _settle(report, failure, judge.op.name, "exhaustive", xfails)
+    _settle(report, failure, judge.op.name, part, xfails)
 
 
 def _describe_inputs(case: Case) -> str:
@@ -344,25 +387,26 @@ def _run_properties(judge: _Judge, report: OpReport, examples: int, shrink: bool
     def prop(data):
         case = data.draw(judge.op.examples(judge.supported), label="case")
         assume(judge.accepts(case))
+        layout = data.draw(st.sampled_from(_layouts(case)), label="layout")
         last["count"] = last.get("count", 0) + 1
         try:
-            actual = judge.call(case)
+            actual = judge.call(case, layout)
         except Exception as exc:  # a crash on a valid input is a failure
-            last["failure"] = (case, f"raised {_short(exc)}")
+            last["failure"] = (case, layout, f"raised {_short(exc)}")
             raise AssertionError("raised") from exc
         cmp, note = judge.compare(case, actual, judge.expected(case))
         if note:
             report.acceptable.append(f"property: {note}")
         if not cmp.ok:
-            last["failure"] = (case, cmp.describe())
+            last["failure"] = (case, layout, cmp.describe())
             raise AssertionError(cmp.describe())
 
     failure = None
     try:
         prop()
     except AssertionError:
-        case, detail = last["failure"]
-        failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}", (),
+        case, layout, detail = last["failure"]
+        failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}, {layout} layout", (),
                           dict(case.params), detail)
     report.examples += last.get("count", 0)
     _settle(report, failure, judge.op.name, "properties", xfails)
@@ -377,9 +421,12 @@ def run(
     skips: Sequence[Entry] = (),
     xfails: Sequence[Entry] = (),
     golden: Path | None = None,
+    large: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """Run the suite for every selected op (globs in `ops`, default all)."""
+    """Run the suite for every selected op (globs in `ops`, default all); `large`
+    adds each op's large cases (arrays past 2^24 elements, where kernels with a
+    capped launch grid stop writing)."""
     catalog = discover()
     selected = [op for name, op in catalog.items() if not ops or any(fnmatchcase(name, p) for p in ops)]
     if ops and not selected:
@@ -388,20 +435,20 @@ def run(
     for op in selected:
         if progress:
             progress(op.name)
-        reports.append(_run_op(op, impl, examples, shrink, skips, xfails, golden))
+        reports.append(_run_op(op, impl, examples, shrink, skips, xfails, golden, large))
     manifest = load_manifest(golden)
     meta = {
         "suite": {"name": "llm-ref", "version": ref.__version__},
         "golden": {"generator_version": manifest["generator_version"], "golden_format": manifest["golden_format"]},
         "platform": {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine()},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "settings": {"examples": examples, "ops": list(ops or [])},
+        "settings": {"examples": examples, "ops": list(ops or []), "large": large},
     }
     impl_meta = {"name": impl.name, "version": impl.version, "source": impl.source}
     return Report(impl_meta, reports, meta)
 
 
-def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golden) -> OpReport:
+def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golden, large) -> OpReport:
     report = OpReport(op.name, op.kind.value, op.spec)
     fn = impl.ops.get(op.name)
     if fn is None:
@@ -415,6 +462,8 @@ def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golde
     judge = _Judge(op, fn, impl, report)
     _run_vectors(judge, load_vectors(op.name, golden), report, xfails, skips)
     _run_exhaustive(judge, report, xfails, skips)
+    if large:
+        _run_exhaustive(judge, report, xfails, skips, large=True)
     _run_properties(judge, report, examples, shrink, xfails, skips)
     whole_xfail = [e for e in xfails if e.matches(op.name, "*") and e.part == "*"]
     if report.failures:

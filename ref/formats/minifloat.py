@@ -346,6 +346,7 @@ def encode(
     nan: NanPolicy | str = NanPolicy.MAX,
     negative: NegativePolicy | str = NegativePolicy.NAN,
     rbits: ArrayLike | None = None,
+    sr_bits: int | str = 32,
 ) -> NDArray:
     """Round float16/32/64 values to the codes of `fmt`, bit-exact.
 
@@ -364,7 +365,9 @@ def encode(
       negative  -> in an unsigned format (E8M0), `negative`: NaN, or the code of |x|
       below the smallest value of a format without zero (E8M0) -> the smallest value
     `rounding="stochastic"` needs `rbits` (uint32, same shape as x): the magnitude
-    steps up iff discarded_fraction + rbits / 2^32 >= 1.
+    steps up iff discarded_fraction + rbits / 2^32 >= 1. `sr_bits` < 32 keeps only
+    the top sr_bits of each rbits, the width of a hardware random number (PTX cvt.rs:
+    16 for FP8/FP6/bf16, 13 for f16, 8 for E2M1).
     `overflow` defaults to the format's own: nonsaturating for float16/bfloat16
     (IEEE 754), saturating for the OCP 8/6/4-bit formats.
     """
@@ -391,6 +394,10 @@ def encode(
             )
     elif rbits is not None:
         raise ValueError(f"rbits: only used with rounding='stochastic', got rounding={rounding.value!r}")
+    if str(sr_bits) not in {str(w) for w in range(1, 33)}:
+        raise ValueError(f"sr_bits: expected a width from 1 to 32, got {sr_bits!r}")
+    if rbits is not None and int(sr_bits) < 32:
+        rbits = rbits & np.uint32(~((1 << (32 - int(sr_bits))) - 1) & 0xFFFFFFFF)
 
     uint, sebits, smbits = _SOURCES[x.dtype]
     if f.mbits > smbits:

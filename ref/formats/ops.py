@@ -11,7 +11,9 @@ discovers it. Operations, per format F of `FORMATS`:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 from functools import partial
 
 import numpy as np
@@ -32,6 +34,7 @@ from ref.formats.packing import NIBBLE_ORDERS, pack_fp4, unpack_fp4
 from ref.testing.compare import compare_codes, compare_exact, compare_values
 from ref.testing.golden import Case, VectorSpec
 from ref.testing.strategies import (
+    FLOAT_DTYPES,
     codes,
     edge_arrays,
     edge_values,
@@ -98,6 +101,12 @@ FLAGS = {
                         "every element pair is swapped: the tensor is silently permuted"),
     "DirtyBits": Flag("bits outside a sub-byte code are not zero",
                       "a consumer reading the whole byte sees garbage"),
+    "EmptyInput": Flag("empty or 0-d arrays crash (a reduction over no elements) or change shape",
+                       "a zero-token batch or a scalar brings down the kernel or comes back reshaped"),
+    "NanPayload": Flag("NaN recognised by its quiet bit or high payload only",
+                       "a NaN whose payload sits in the low bits rounds into Inf or a number"),
+    "SrBoundary": Flag("stochastic rounding that drops or misplaces the low random bits",
+                       "the carry happens one random step late or early: a bias of 2^-16 or more"),
     "InvalidInput": Flag("bad input accepted silently",
                          "a wrong dtype or shape is reinterpreted instead of rejected"),
     "Random": Flag("any bug the curated vectors miss",
@@ -105,6 +114,7 @@ FLAGS = {
 }
 
 _RNE = Rounding.NEAREST_EVEN.value
+SR_WIDTHS = ("32", "16", "13", "8")
 _DIRECTED = (Rounding.TOWARD_ZERO.value, Rounding.TOWARD_POSITIVE.value, Rounding.TOWARD_NEGATIVE.value)
 
 
@@ -114,6 +124,9 @@ def _variants(f: FloatFormat) -> tuple[Variant, ...]:
                 "rounding mode; stochastic takes rbits (uint32), up iff fraction + rbits/2^32 >= 1"),
         Variant("overflow", tuple(o.value for o in f.overflow_policies()), f.default_overflow.value,
                 "saturate to max finite (PTX .satfinite) or go to Inf/NaN"),
+        Variant("sr_bits", SR_WIDTHS, "32",
+                "random bits stochastic rounding reads, from the top of rbits (PTX cvt.rs: 16 for "
+                "FP8/FP6/bf16, 13 for f16, 8 for E2M1)"),
     ]
     if not f.signed:
         out.append(Variant("negative", tuple(p.value for p in NegativePolicy), NegativePolicy.NAN.value,
@@ -149,10 +162,11 @@ class _Vectors:
         self.specs: list[VectorSpec] = []
 
     def add(self, comment, flags, x, *, dtype=np.float32, result="valid", rbits=None, **params):
-        x = np.asarray(x, dtype=np.float64).astype(dtype) if np.asarray(x).dtype != dtype else np.asarray(x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = np.asarray(x, dtype=np.float64).astype(dtype) if np.asarray(x).dtype != dtype else np.asarray(x)
         inputs = {"x": x} if rbits is None else {"x": x, "rbits": np.asarray(rbits, dtype=np.uint32)}
         latitude = ()
-        if not self.f.has_nan and np.isnan(x.astype(np.float64)).any() and result == "valid":
+        if not self.f.has_nan and np.isnan(x).any() and result == "valid":
             result, latitude = "acceptable", ("nan",)
             flags = (*flags, "NanNoNanFormat")
             params = {"nan": self.defaults["nan"], **params}
@@ -226,7 +240,7 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
     v.add("float32 subnormal inputs are values, not zeros (no DAZ)", ["InputSubnormal"], signs(sub32))
     magnitudes = np.exp(rng.uniform(np.log(tiny / 4), np.log(min(mx * 2, 3e38)), 256))
     rand = magnitudes * (rng.choice([-1.0, 1.0], 256) if f.signed else 1.0)
-    v.add("random float32 values across the format's range", ["Random"], rand)
+    v.add("random float32 values across the format's range, as a 16x16 matrix", ["Random"], rand.reshape(16, 16))
 
     # float64 inputs just off a tie: a float32 detour lands exactly on the tie.
     eps = np.ldexp(1.0, -40)
@@ -234,9 +248,23 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
     off = np.concatenate([t64 * (1 + eps), t64 * (1 - eps)])
     v.add("float64 inputs just off a tie round once, not through float32", ["DoubleRounding"],
           signs(off), dtype=np.float64)
-    v.add("random float64 values", ["Random"], rand.astype(np.float64) * (1 + rng.uniform(-1e-9, 1e-9, 256)),
-          dtype=np.float64)
-    v.add("float16 inputs", ["Float16Input"], rand[np.abs(rand) < 6e4].astype(np.float16), dtype=np.float16)
+    v.add("random float64 values, as a 4x8x8 array", ["Random"],
+          (rand.astype(np.float64) * (1 + rng.uniform(-1e-9, 1e-9, 256))).reshape(4, 8, 8), dtype=np.float64)
+    half = rand[np.abs(rand) < 6e4][:128].astype(np.float16)
+    v.add("float16 inputs, as a matrix", ["Float16Input"], half.reshape(-1, 8), dtype=np.float16)
+    f16_edges = np.concatenate(list(edge_values(f, np.float16).values()))
+    v.add("float16 edge values: ties, neighbours, subnormals, specials", ["Float16Input", "TiesToEven"],
+          f16_edges, dtype=np.float16)
+    v.add("empty input gives empty codes", ["EmptyInput"], np.zeros((2, 0)))
+    v.add("a 0-d input gives a 0-d code", ["EmptyInput"], np.float32(np.median(values[values > 0]) * 1.01))
+    nan32 = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FA00000, 0x7FFFFFFF, 0x7FC00001],
+                     dtype=np.uint32).view(f32)
+    v.add("NaN payloads: quiet, signalling, payload only in the low bits, both signs", ["NaN", "NanPayload"], nan32)
+    nan64 = np.array([0x7FF8000000000000, 0x7FF0000000000001, 0xFFF0000000000001, 0x7FF0000000100000],
+                     dtype=np.uint64).view(np.float64)
+    v.add("float64 NaN payloads", ["NaN", "NanPayload"], nan64, dtype=np.float64)
+    v.add("float16 NaN payloads", ["NaN", "NanPayload", "Float16Input"],
+          np.array([0x7E00, 0x7C01, 0xFC01, 0x7D00], dtype=np.uint16).view(np.float16), dtype=np.float16)
 
     # Directed and ties-away rounding.
     probe = np.concatenate([ties, np.nextafter(ties.astype(f32), f32(0)), np.nextafter(ties.astype(f32), f32(np.inf)),
@@ -247,6 +275,13 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
                   rounding=mode, overflow=policy)
             v.add(f"{mode}: finite overflow and Inf ({policy})", ["DirectedRounding", "Overflow"],
                   signs([2 * mx if mx < 1e38 else 3.4e38, np.inf]), rounding=mode, overflow=policy)
+    exact = _sample(values[values > 0], 96)
+    for dt, name in ((np.float64, "float64"), (f32, "float32")):
+        near = np.concatenate([np.nextafter(exact.astype(dt), dt(np.inf)), np.nextafter(exact.astype(dt), dt(0))])
+        for mode in _DIRECTED:
+            v.add(f"{mode}: {name} one ulp either side of representable values (and powers of two)",
+                  ["DirectedRounding", "ScaleCeil" if not f.signed else "RoundingDirection"], signs(near),
+                  dtype=dt, rounding=mode, overflow="saturate")
     for policy in policies:
         v.add(f"nearest_away: ties go away from zero ({policy})", ["TiesAway"], signs(probe),
               rounding=Rounding.NEAREST_AWAY.value, overflow=policy)
@@ -276,11 +311,49 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
     v.add("stochastic, 16 random bits in the top half (hardware RNG width)", ["StochasticRounding"], sr_x,
           rbits=rng.integers(0, 2**16, n, dtype=np.uint64) << 16, rounding="stochastic")
 
+    for dt in (f32, np.float16, np.float64):
+        for width in ("32", "16"):
+            x, carry = _sr_boundary(f, rand, dt, int(width))
+            if x.size:
+                dname = np.dtype(dt).name
+                v.add(f"stochastic, {dname}: rbits that just complete the fraction carry (sr_bits={width})",
+                      ["StochasticRounding", "SrBoundary"], x, dtype=dt, rbits=carry, rounding="stochastic",
+                      sr_bits=width)
+                step = np.uint32(1 << (32 - int(width)))
+                v.add(f"stochastic, {dname}: one random step less does not carry (sr_bits={width})",
+                      ["StochasticRounding", "SrBoundary"], x, dtype=dt, rbits=carry - step,
+                      rounding="stochastic", sr_bits=width)
+    for width in SR_WIDTHS[1:]:
+        v.add(f"stochastic, sr_bits={width}: the bits below the top {width} are ignored", ["StochasticRounding"],
+              sr_x, rbits=rng.integers(0, 2**32, n, dtype=np.uint64), rounding="stochastic", sr_bits=width)
+    v.specs.append(VectorSpec("stochastic rounding with float rbits (torch.rand) is rejected",
+                              ("InvalidInput", "StochasticRounding"),
+                              Case({"x": sr_x[:4], "rbits": np.full(4, 0.5, dtype=np.float32)},
+                                   {"rounding": "stochastic"}), "invalid"))
     v.specs.append(VectorSpec("stochastic rounding with rbits of another shape is rejected, not broadcast",
                               ("InvalidInput", "StochasticRounding"),
                               Case({"x": sr_x[:4], "rbits": np.zeros(1, dtype=np.uint32)},
                                    {"rounding": "stochastic"}), "invalid"))
     return v.specs
+
+
+def _sr_boundary(f: FloatFormat, candidates: np.ndarray, dtype, width: int):
+    """Inputs and the smallest `width`-bit rbits (top-aligned) that make them carry,
+    from the definition in exact rationals: up iff fraction + rbits / 2^32 >= 1."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(candidates, dtype=np.float64).astype(dtype)
+    ax = np.abs(x.astype(np.float64))
+    lo = np.abs(decode(encode(x, f, rounding="toward_zero", overflow="saturate"), f).astype(np.float64))
+    hi = np.abs(decode(encode(np.abs(x), f, rounding="toward_positive", overflow="saturate"), f).astype(np.float64))
+    keep = np.isfinite(ax) & (hi > lo) & (ax > lo)
+    xs, rb = [], []
+    for xi, a, l, h in zip(x[keep], ax[keep], lo[keep], hi[keep]):
+        frac = (Fraction(float(a)) - Fraction(float(l))) / (Fraction(float(h)) - Fraction(float(l)))
+        need = math.ceil((1 - frac) * (1 << width))  # smallest R with frac + R / 2^width >= 1
+        if 1 <= need < (1 << width):
+            xs.append(xi)
+            rb.append(need << (32 - width))
+    return np.array(xs, dtype=dtype)[:48], np.array(rb, dtype=np.uint32)[:48]
 
 
 def _ulp_below(values: np.ndarray, points: np.ndarray) -> np.ndarray:
@@ -317,10 +390,11 @@ def _encode_examples(f: FloatFormat):
     def strategy(supported: Mapping[str, Sequence[str]]) -> st.SearchStrategy[Case]:
         @st.composite
         def case(draw):
+            dtypes = st.sampled_from(FLOAT_DTYPES)
             x = draw(st.one_of(
-                edge_arrays(f),
-                float_bits_arrays(),
-                realistic_arrays(scale=st.sampled_from([f.min_normal, 1.0, f.max_normal / 8])),
+                edge_arrays(f, dtype=dtypes),
+                float_bits_arrays(dtype=dtypes),
+                realistic_arrays(dtype=dtypes, scale=st.sampled_from([f.min_normal, 1.0, f.max_normal / 8])),
             ), label="x")
             params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
             inputs = {"x": x}

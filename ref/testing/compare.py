@@ -2,7 +2,8 @@
 
 Exact comparison is bit for bit, with two latitudes named here and nowhere else:
 NaN payloads and NaN signs are not compared (any NaN code matches any NaN code),
-and integer outputs may come in any integer dtype. Every mismatch report carries
+and float outputs may come in any float dtype that holds their values exactly.
+Codes and integers must come in the oracle's dtype (a uint8 code is one byte). Every mismatch report carries
 what a kernel engineer needs: the first mismatching index, both values and, for
 codes, both bit patterns.
 """
@@ -79,7 +80,7 @@ def _first(bad: np.ndarray) -> tuple[int, ...]:
 
 
 def compare_codes(expected: ArrayLike, actual: ArrayLike, fmt: str | FloatFormat) -> Comparison:
-    """Codes of `fmt`, bit for bit; all NaN codes are equivalent.
+    """Codes of `fmt`, bit for bit, in the oracle's dtype; all NaN codes are equivalent.
 
     The worst distance is in ULPs of the format (one ULP is one code step; a code
     outside the format's bit width is infinitely far).
@@ -87,10 +88,10 @@ def compare_codes(expected: ArrayLike, actual: ArrayLike, fmt: str | FloatFormat
     f = get_format(fmt)
     expected, actual = np.asarray(expected), np.asarray(actual)
     unit = f"ulp of {f.name}"
-    if actual.dtype.kind not in "ui":
+    if actual.dtype != expected.dtype:
         return Comparison(
             False, expected.size, expected.size, np.inf, unit,
-            problem=f"dtype: expected integer codes of {f.name}, got {actual.dtype}",
+            problem=f"dtype: expected {expected.dtype} codes of {f.name}, got {actual.dtype}",
         )
     bad_shape = _structural(expected, actual, unit)
     if bad_shape:
@@ -164,10 +165,10 @@ def compare_exact(expected: ArrayLike, actual: ArrayLike, *, fmt: str | FloatFor
     if expected.dtype.kind == "f":
         return compare_values(expected, actual, "float32" if fmt is None else get_format(fmt).name)
     unit = "|difference|"
-    if actual.dtype.kind not in "uib":
+    if actual.dtype != expected.dtype:
         return Comparison(
             False, expected.size, expected.size, np.inf, unit,
-            problem=f"dtype: expected integers or booleans, got {actual.dtype}",
+            problem=f"dtype: expected {expected.dtype}, got {actual.dtype}",
         )
     bad_shape = _structural(expected, actual, unit)
     if bad_shape:

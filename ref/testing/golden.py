@@ -179,7 +179,7 @@ def write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for key, arr in arrays.items():
             member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(arr), allow_pickle=False)
+            np.lib.format.write_array(member, np.array(arr, order="C"), allow_pickle=False)  # keeps 0-d
             info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, member.getvalue())

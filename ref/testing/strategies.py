@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from ref.formats.minifloat import FloatFormat, decode, get_format
 
 __all__ = [
+    "FLOAT_DTYPES",
     "block_shapes",
     "codes",
     "edge_arrays",
@@ -111,8 +112,8 @@ def edge_values(fmt: str | FloatFormat, dtype: np.dtype | type = np.float32) -> 
     f = get_format(fmt)
     dt = np.dtype(dtype)
     tiny, mn, mx = f.min_subnormal, f.min_normal, f.max_normal
-    ties = rounding_ties(f).astype(dt)
     with np.errstate(over="ignore"):
+        ties = rounding_ties(f).astype(dt)
         classes = {
             "zeros": [0.0, -0.0],
             "subnormals": [tiny, -tiny, mn - tiny, tiny / 2, -tiny / 2, tiny / 4] if f.has_subnormals else [],

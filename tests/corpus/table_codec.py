@@ -32,7 +32,13 @@ def _table(name):
     return np.array(mags), codes[: len(mags)]
 
 
-def encode(x, fmt, rounding="nearest_even", overflow=None, nan="max", rbits=None, negative="nan", bugs=()):
+def encode(x, fmt, rounding="nearest_even", overflow=None, nan="max", rbits=None, negative="nan", sr_bits="32",
+           bugs=()):
+    if rbits is not None:
+        if np.asarray(rbits).dtype != np.uint32:
+            raise ValueError("rbits: uint32 expected")
+        drop = 32 - int(sr_bits)
+        rbits = np.asarray(rbits) // (1 << drop) * (1 << drop)  # keep the top sr_bits
     with np.errstate(all="ignore"):
         return _encode(x, fmt, rounding, overflow, nan, rbits, negative, bugs)
 

@@ -32,7 +32,7 @@ def _encoder(dtype):
     def encode(x, **variant):
         if x.dtype.kind != "f":
             raise TypeError(f"x: expected floats, got {x.dtype}")
-        return torch.from_numpy(np.ascontiguousarray(x)).to(dtype).view(bits).numpy()
+        return torch.from_numpy(np.array(x, order="C")).to(dtype).view(bits).numpy()
 
     return encode
 
@@ -43,7 +43,7 @@ def _decoder(dtype):
     def decode(codes):
         if codes.dtype != np.dtype(f"uint{8 * dtype.itemsize}"):
             raise TypeError(f"codes: expected uint{8 * dtype.itemsize}, got {codes.dtype}")
-        return torch.from_numpy(np.ascontiguousarray(codes)).view(bits).view(dtype).float().numpy()
+        return torch.from_numpy(np.array(codes, order="C")).view(bits).view(dtype).float().numpy()
 
     return decode
 

@@ -51,7 +51,7 @@ def wrap(kernel: Callable[..., Any], from_dlpack: Callable[[Any], Any], *,
     """
 
     def call(**kwargs: Any) -> np.ndarray:
-        arrays = [from_dlpack(np.ascontiguousarray(v)) for v in kwargs.values() if isinstance(v, np.ndarray)]
+        arrays = [from_dlpack(np.array(v, order="C")) for v in kwargs.values() if isinstance(v, np.ndarray)]
         kept = {k: v for k, v in kwargs.items() if k in params}
         return as_numpy(kernel(*arrays, **kept))
 
