@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from corpus.formats_impls import BUGS, bug, table_codec
+from corpus.kernel_bugs import KERNEL_BUGS, SR_TOP16_DECLARED
 
 from ref.cli import DEFAULT_IMPL, DEFAULT_XFAILS
 from ref.conformance.implementation import Implementation, load_implementation
@@ -84,3 +85,29 @@ def test_torch_casts_pass_under_their_declared_variants():
     report = run(impl, examples=15, shrink=False, xfails=xfails)
     assert report.ok, report.details()
     assert sum(r.verdict == "pass" for r in report.ops) == len(torch_casts.OPS) - 1
+
+
+@pytest.mark.parametrize("name", list(KERNEL_BUGS))
+def test_kernel_bug_is_rejected(name):
+    impl, catcher = KERNEL_BUGS[name]
+    report = run(impl, examples=0, large=catcher == "large")
+    (row,) = [r for r in report.ops if r.verdict != "not covered"]
+    assert row.verdict == "fail", f"{name} accepted"
+    text = "\n".join(f.describe() for f in row.failures)
+    if catcher == "large":
+        assert "large case" in text
+    elif catcher == "layout":
+        assert "layout" in text
+    elif catcher == "in place":
+        assert "modified its input 'x' in place" in text
+    elif catcher == "dtype":
+        assert "dtype" in text
+    else:
+        assert any(catcher in f.flags for f in row.failures), text
+
+
+def test_a_declared_16_bit_random_number_passes():
+    report = run(SR_TOP16_DECLARED, examples=20, shrink=False)
+    (row,) = [r for r in report.ops if r.verdict != "not covered"]
+    assert row.verdict == "pass", report.details()
+    assert row.vectors_run >= 8

@@ -378,6 +378,10 @@ def _decode_vectors(f: FloatFormat) -> list[VectorSpec]:
                                 Case({"codes": rng.integers(0, 1 << f.nbits, 512).astype(f.code_dtype)})))
         specs.append(VectorSpec("every subnormal code", ("Subnormal",),
                                 Case({"codes": np.arange(1 << f.mbits).astype(f.code_dtype)})))
+    specs.append(VectorSpec("empty codes give empty values", ("EmptyInput",),
+                            Case({"codes": np.zeros((0, 3), dtype=f.code_dtype)})))
+    specs.append(VectorSpec("a 0-d code gives a 0-d value", ("EmptyInput",),
+                            Case({"codes": np.array(f.max_code, dtype=f.code_dtype)})))
     specs.append(VectorSpec("codes of another width are rejected", ("InvalidInput",),
                             Case({"codes": np.zeros(4, dtype=np.int32)}), "invalid"))
     if f.nbits < 8:
@@ -429,6 +433,37 @@ def _encode_exhaustive(f: FloatFormat):
     return cases
 
 
+LARGE = (1 << 24) + (1 << 20)  # past 65535 blocks x 256 threads = 16,776,960 elements
+
+
+def _encode_large(f: FloatFormat):
+    """One array past 2^24 elements, in the implementation's first supported variant."""
+
+    def cases(supported: Mapping[str, Sequence[str]]) -> Iterable[Case]:
+        params = {axis: next((v for v in values if v != Rounding.STOCHASTIC.value), values[0])
+                  for axis, values in supported.items()}
+        inputs = {"x": _large_values(f)}
+        if params["rounding"] == Rounding.STOCHASTIC.value:
+            inputs["rbits"] = np.random.default_rng(1).integers(0, 2**32, LARGE, dtype=np.uint64).astype(np.uint32)
+        yield Case(inputs, params)
+
+    return cases
+
+
+def _large_values(f: FloatFormat) -> np.ndarray:
+    rng = np.random.default_rng(seed_for(f.name))
+    x = rng.standard_normal(LARGE, dtype=np.float32) * np.float32(min(f.max_normal / 8, 1e4))
+    return np.abs(x) if not f.signed else x
+
+
+def _codes_large(f: FloatFormat):
+    def cases(supported):
+        rng = np.random.default_rng(seed_for(f.name))
+        yield Case({"codes": rng.integers(0, 1 << f.nbits, LARGE, dtype=np.uint32).astype(f.code_dtype)}, {})
+
+    return cases
+
+
 def _codes_examples(f: FloatFormat):
     def strategy(supported):
         return codes(f).map(lambda c: Case({"codes": c}, {}))
@@ -460,6 +495,7 @@ def _element_ops(f: FloatFormat) -> list[Op]:
         compare=partial(compare_codes, fmt=f.name),
         array_format=_format_of(f, "expected"),
         exhaustive=_encode_exhaustive(f),
+        large=_encode_large(f),
     )
     dec = Op(
         name=f"formats.{f.name}.decode",
@@ -473,6 +509,7 @@ def _element_ops(f: FloatFormat) -> list[Op]:
         compare=partial(compare_values, fmt="float32"),
         array_format=_format_of(f, "codes"),
         exhaustive=_codes_exhaustive(f),
+        large=_codes_large(f),
     )
     return [enc, dec]
 
@@ -494,6 +531,10 @@ def _pack_vectors() -> list[VectorSpec]:
                              .reshape(-1).astype(np.uint8)}, p)),
             VectorSpec(f"random codes with leading axes ({order})", ("NibbleOrder", "Random"),
                        Case({"codes": rng.integers(0, 16, (3, 2, 32)).astype(np.uint8)}, p)),
+            VectorSpec(f"empty input gives empty bytes ({order})", ("EmptyInput",),
+                       Case({"codes": np.zeros((3, 0), dtype=np.uint8)}, p)),
+            VectorSpec(f"a 0-d input is rejected ({order})", ("EmptyInput", "InvalidInput"),
+                       Case({"codes": np.array(3, dtype=np.uint8)}, p), "invalid"),
             VectorSpec(f"odd last axis is rejected ({order})", ("InvalidInput",),
                        Case({"codes": np.zeros(3, dtype=np.uint8)}, p), "invalid"),
             VectorSpec(f"a code above 15 is rejected ({order})", ("DirtyBits", "InvalidInput"),
@@ -512,6 +553,8 @@ def _unpack_vectors() -> list[VectorSpec]:
                        Case({"packed": np.arange(256, dtype=np.uint8)}, p)),
             VectorSpec(f"random bytes with leading axes ({order})", ("NibbleOrder", "Random"),
                        Case({"packed": rng.integers(0, 256, (2, 3, 8)).astype(np.uint8)}, p)),
+            VectorSpec(f"empty input gives empty codes ({order})", ("EmptyInput",),
+                       Case({"packed": np.zeros((0, 4), dtype=np.uint8)}, p)),
             VectorSpec(f"non-uint8 input is rejected ({order})", ("InvalidInput",),
                        Case({"packed": np.zeros(4, dtype=np.int32)}, p), "invalid"),
         ]

@@ -180,7 +180,7 @@ def unpack(packed, order="low_first", bugs=()):
         raise TypeError("packed: expected uint8")
     low, high = packed % 16, packed // 16
     first, second = (low, high) if (order == "low_first") != ("swap" in bugs) else (high, low)
-    return np.stack([first, second], -1).reshape(*packed.shape[:-1], -1).astype(np.uint8)
+    return np.stack([first, second], -1).reshape(*packed.shape[:-1], 2 * packed.shape[-1]).astype(np.uint8)
 
 
 FORMAT_NAMES = tuple(FORMATS)

@@ -1,0 +1,146 @@
+"""Wrong kernels whose arithmetic is right but whose handling of arrays is not: the
+bugs of the first adversarial round (launch grids, strides, shapes, dtypes, in-place
+writes) plus the arithmetic ones it found (log2 scales, NaN payload tricks, float16
+and float64 paths of stochastic rounding, truncated random bits)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ref.conformance.catalog import discover
+from ref.conformance.implementation import Implementation
+from ref.formats import FORMATS, decode, encode, pack_fp4
+
+
+def _impl(name, ops, variants=None):
+    catalog = discover()
+    declared = {n: catalog[n].variant_values for n in ops if catalog[n].variants} if variants is None else variants
+    return Implementation(name, ops, variants=declared)
+
+
+def grid_capped_encode(x, **params):
+    """One element per thread, grid capped at 65535 blocks of 256, no stride loop."""
+    flat = np.asarray(x).reshape(-1)
+    out = np.zeros(flat.size, np.uint8)
+    n = min(flat.size, 65535 * 256)
+    rbits = params.pop("rbits", None)
+    out[:n] = encode(flat[:n], "float8_e4m3fn", rbits=None if rbits is None else rbits.reshape(-1)[:n], **params)
+    return out.reshape(np.shape(x))
+
+
+def raw_memory_encode(x, rbits=None, **params):
+    """Walks memory order (like data_ptr()), writes C order: wrong for F/strided inputs."""
+    x = np.asarray(x)
+    flat = x.ravel(order="K")
+    rb = None if rbits is None else np.asarray(rbits).ravel(order="K")
+    return encode(flat, "float8_e5m2", rbits=rb, **params).reshape(x.shape)
+
+
+def in_place_clip_encode(x, **params):
+    """Clamps its input in place before converting, to save a temporary."""
+    if params.get("overflow") == "saturate" and x.dtype.kind == "f":
+        np.clip(x, -448.0, 448.0, out=x)
+    return encode(x, "float8_e4m3fn", **params)
+
+
+def empty_crashing_decode(codes):
+    if int(np.asarray(codes).max()) >> 4:  # reduction over no elements raises
+        raise ValueError("dirty bits")
+    return decode(codes, "float4_e2m1fn")
+
+
+def scalar_widening_encode(x, **params):
+    x = np.atleast_1d(x)  # the kernel wants a pointer and a length
+    rbits = params.pop("rbits", None)
+    return encode(x, "float8_e4m3fn", rbits=None if rbits is None else np.atleast_1d(rbits), **params)
+
+
+def int32_codes_encode(x, **params):
+    return encode(x, "float8_e4m3fn", **params).astype(np.int32)
+
+
+def log2_e8m0_encode(x, rounding="nearest_even", **params):
+    """Directed E8M0 scales from float64 log2: a float64 just past a power of two
+    loses its step, because log2 rounds."""
+    if rounding not in ("toward_positive", "toward_zero", "toward_negative") or params.get("negative") != "nan":
+        return encode(x, "float8_e8m0fnu", rounding=rounding, **params)
+    a = np.asarray(x).astype(np.float64)
+    with np.errstate(all="ignore"):
+        e = np.log2(np.where(a > 0, a, 1.0))
+    e = np.ceil(e) if rounding == "toward_positive" else np.floor(e)
+    good = np.isfinite(a) & (a > 0) & (e + 127 >= 0) & (e + 127 <= 254)
+    ref = encode(x, "float8_e8m0fnu", rounding=rounding, **params)
+    return np.where(good, np.clip(e + 127, 0, 254), ref).astype(np.uint8)
+
+
+def bf16_add_trick_encode(x, rounding="nearest_even", **params):
+    """float32 -> bfloat16 by bits += 0x7FFF + lsb, without the NaN guard."""
+    x = np.asarray(x)
+    if x.dtype != np.float32 or rounding != "nearest_even" or params.get("overflow") != "nonsaturating":
+        return encode(x, "bfloat16", rounding=rounding, **params)
+    b = x.view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFFFFFF
+    return (b >> 16).astype(np.uint16)
+
+
+def f16_flattening_encode(x, **params):
+    out = encode(x, "float8_e4m3fn", **params)
+    return out.reshape(-1) if np.asarray(x).dtype == np.float16 else out
+
+
+def sr_float64_narrowing_encode(x, **params):
+    """The stochastic path only takes float32: float64 is narrowed first."""
+    if params.get("rounding") == "stochastic" and np.asarray(x).dtype == np.float64:
+        x = np.asarray(x).astype(np.float32)
+    return encode(x, "float8_e5m2", **params)
+
+
+def sr_top16_encode(x, rbits=None, **params):
+    """A 16-bit hardware random number: the low 16 bits of rbits are dropped."""
+    if rbits is not None and np.asarray(rbits).dtype == np.uint32:
+        rbits = rbits & np.uint32(0xFFFF0000)
+    return encode(x, "float8_e4m3fn", rbits=rbits, **params)
+
+
+def rbits_casting_encode(x, rbits=None, **params):
+    """Casts whatever rbits it gets: torch.rand floats become zeros (truncation)."""
+    if rbits is not None:
+        rbits = np.asarray(rbits).astype(np.uint32)
+    return encode(x, "float8_e4m3fn", rbits=rbits, **params)
+
+
+def pack_without_size_check(codes, order="low_first"):
+    if int(np.asarray(codes).max()) > 15:  # crashes on an empty batch
+        raise ValueError("code above 15")
+    return pack_fp4(codes, order=order)
+
+
+_E4 = "formats.float8_e4m3fn.encode"
+
+# name -> (implementation, the flag of a vector that must catch it, or None for runner checks)
+KERNEL_BUGS = {
+    "launch grid capped at 65535 x 256": (_impl("grid cap", {_E4: grid_capped_encode}), "large"),
+    "raw-memory walk ignores strides": (_impl("raw memory", {"formats.float8_e5m2.encode": raw_memory_encode}),
+                                         "layout"),
+    "input clipped in place": (_impl("in place", {_E4: in_place_clip_encode}), "in place"),
+    "empty input crashes the decoder": (_impl("empty", {"formats.float4_e2m1fn.decode": empty_crashing_decode}),
+                                        "EmptyInput"),
+    "empty input crashes pack": (_impl("empty pack", {"formats.float4_e2m1fn.pack": pack_without_size_check}),
+                                 "EmptyInput"),
+    "0-d input comes back 1-d": (_impl("scalar", {_E4: scalar_widening_encode}), "EmptyInput"),
+    "codes returned as int32": (_impl("int32", {_E4: int32_codes_encode}), "dtype"),
+    "E8M0 directed scales from float64 log2": (
+        _impl("log2", {"formats.float8_e8m0fnu.encode": log2_e8m0_encode}), "DirectedRounding"),
+    "bfloat16 add-0x7FFF trick without a NaN guard": (
+        _impl("bf16 trick", {"formats.bfloat16.encode": bf16_add_trick_encode}), "NanPayload"),
+    "float16 inputs come back flattened": (_impl("f16 flat", {_E4: f16_flattening_encode}), "Float16Input"),
+    "stochastic rounding narrows float64 to float32": (
+        _impl("sr f64", {"formats.float8_e5m2.encode": sr_float64_narrowing_encode}), "SrBoundary"),
+    "stochastic rounding reads 16 random bits, declares 32": (_impl("sr top16", {_E4: sr_top16_encode}), "SrBoundary"),
+    "float rbits cast instead of rejected": (_impl("rbits cast", {_E4: rbits_casting_encode}), "InvalidInput"),
+}
+
+# Their correct counterparts pass: a 16-bit random number declared as such.
+SR_TOP16_DECLARED = _impl("sr top16, declared", {_E4: sr_top16_encode},
+                          {_E4: {"rounding": ["stochastic"], "sr_bits": ["16"]}})
+FORMAT_NAMES = tuple(FORMATS)
