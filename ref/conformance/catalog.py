@@ -83,6 +83,7 @@ class Op:
     compare: Callable[[np.ndarray, np.ndarray], Comparison]
     array_format: Callable[[str, np.ndarray], str | None] = lambda name, arr: None
     exhaustive: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
+    outputs: tuple[str, ...] = ()  # names, for an oracle that returns a tuple
     large: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
 
     @property

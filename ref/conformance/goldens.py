@@ -32,7 +32,7 @@ __all__ = ["check", "generate", "write"]
 
 def _vectors(op: Op) -> list[Vector]:
     default_first = {v.name: (v.default, *[x for x in v.values if x != v.default]) for v in op.variants}
-    return build_vectors(op.vectors(), op.oracle, default_first, op.array_format)
+    return build_vectors(op.vectors(), op.oracle, default_first, op.array_format, op.outputs)
 
 
 def _meta(op: Op) -> dict[str, Any]:
@@ -40,6 +40,7 @@ def _meta(op: Op) -> dict[str, Any]:
         "kind": op.kind.value,
         "spec": op.spec,
         "summary": op.summary,
+        "outputs": list(op.outputs) or ["expected"],
         "seed": op.seed,
         "variants": {v.name: {"values": list(v.values), "default": v.default, "doc": v.doc,
                               "latitude": v.latitude} for v in op.variants},
@@ -50,7 +51,7 @@ def generate() -> dict[str, tuple[bytes, dict[str, np.ndarray]]]:
     """Every op's (JSON bytes, arrays), keyed by the path of its JSON file."""
     out = {}
     for op in discover().values():
-        doc, arrays = group_documents(op.name, _meta(op), _vectors(op))
+        doc, arrays = group_documents(op.name, _meta(op), _vectors(op), op.outputs)
         area, _, rest = op.name.partition(".")
         out[f"{area}/{rest}.json"] = (dump_json(doc), arrays)
     return out

@@ -27,7 +27,7 @@ import ref
 from ref.conformance.catalog import Op, discover
 from ref.conformance.implementation import Implementation
 from ref.testing.compare import Comparison
-from ref.testing.golden import Case, Vector, load_manifest, load_vectors
+from ref.testing.golden import Case, Vector, as_output, load_manifest, load_vectors
 
 __all__ = ["Entry", "Failure", "OpReport", "Report", "parse_entries", "run"]
 
@@ -180,15 +180,17 @@ class _Judge:
         """Call the candidate on copies of the inputs laid out in memory as `layout`
         says; an implementation that writes into its inputs fails."""
         inputs = {k: _lay_out(np.asarray(v), layout) for k, v in case.inputs.items()}
-        out = np.asarray(self.fn(**inputs, **case.params))
+        out = as_output(self.fn(**inputs, **case.params))
+        if self.op.outputs and (not isinstance(out, tuple) or len(out) != len(self.op.outputs)):
+            raise ValueError(f"expected a tuple of outputs {self.op.outputs}")
         for name, arr in inputs.items():
             original = np.asarray(case.inputs[name])
             if arr.shape != original.shape or arr.tobytes() != np.ascontiguousarray(original).tobytes():
                 raise InputModified(f"the implementation modified its input {name!r} in place")
         return out
 
-    def expected(self, case: Case) -> np.ndarray:
-        return np.asarray(self.op.oracle(**case.inputs, **case.params))
+    def expected(self, case: Case):
+        return as_output(self.op.oracle(**case.inputs, **case.params))
 
     def compare(self, case: Case, actual, expected, alternatives: Mapping[str, np.ndarray] | None = None):
         """(comparison, acceptable-note): an undeclared latitude axis may match any value."""
@@ -204,7 +206,7 @@ class _Judge:
                 if alternatives is not None:
                     alt = alternatives.get(key)
                 else:
-                    alt = np.asarray(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
+                    alt = as_output(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
                 if alt is not None and self.op.compare(alt, actual).ok:
                     accepted = Comparison(True, cmp.compared, 0, 0.0, cmp.unit, cmp.tolerance)
                     return accepted, f"matches variant {key}"

@@ -20,12 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 __all__ = [
     "GOLDEN_FORMAT",
+    "Output",
+    "as_output",
+    "same_output",
     "RESULTS",
     "Case",
     "Vector",
@@ -43,6 +46,26 @@ __all__ = [
 
 GOLDEN_FORMAT = 1
 RESULTS = ("valid", "invalid", "acceptable")
+
+
+# An operation's output: one array, or a tuple of arrays for ops with several
+# named outputs (codes and scales, output and log-sum-exp).
+Output = Union[np.ndarray, tuple]
+
+
+def as_output(value: Any) -> Output:
+    """An output as NumPy: a tuple of arrays stays a tuple, anything else one array."""
+    if isinstance(value, (tuple, list)):
+        return tuple(np.asarray(v) for v in value)
+    return np.asarray(value)
+
+
+def same_output(a: Output, b: Output) -> bool:
+    """Byte-for-byte equality of two outputs (dtype and shape included)."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(same_output(x, y) for x, y in zip(a, b)))
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 @dataclass(frozen=True)
@@ -78,8 +101,8 @@ class Vector:
     result: str
     params: Mapping[str, Any]
     inputs: Mapping[str, np.ndarray]
-    expected: np.ndarray | None
-    alternatives: Mapping[str, np.ndarray]
+    expected: Output | None
+    alternatives: Mapping[str, Output]
     formats: Mapping[str, str]
 
     @property
@@ -111,10 +134,10 @@ def _same(oracle, spec: VectorSpec, params, expected) -> bool | None:
     """Whether the output under `params` equals `expected`; None where the oracle
     rejects the combination (stochastic rounding without rbits): not applicable."""
     try:
-        out = np.asarray(oracle(**spec.case.inputs, **spec.case.params, **params))
+        out = as_output(oracle(**spec.case.inputs, **spec.case.params, **params))
     except (ValueError, TypeError):
         return None
-    return out.dtype == expected.dtype and out.shape == expected.shape and out.tobytes() == expected.tobytes()
+    return same_output(out, expected)
 
 
 def build_vectors(
@@ -122,8 +145,11 @@ def build_vectors(
     oracle: Callable[..., Any],
     variant_values: Mapping[str, Sequence[str]],
     formats: Callable[[str, np.ndarray], str | None],
+    outputs: Sequence[str] = (),
 ) -> list[Vector]:
     """Number the specs and run the oracle on each (invalid ones must raise).
+
+    An oracle with several outputs returns a tuple, named by `outputs` in order.
 
     A variant axis the spec does not set is left out of the vector's params when
     the output is the same under each of its values; otherwise it is pinned to
@@ -145,14 +171,18 @@ def build_vectors(
                 raise ValueError(f"vector {i} ({spec.comment}): the oracle accepted an invalid input")
         else:
             defaults = {a: v[0] for a, v in variant_values.items() if a not in params}
-            expected = np.asarray(oracle(**spec.case.inputs, **params, **defaults))
+            expected = as_output(oracle(**spec.case.inputs, **params, **defaults))
             params.update(_free_axes(spec, oracle, variant_values, expected))
             for axis in spec.latitude:
                 for value in variant_values[axis]:
                     if value != params[axis]:
                         alt = {**params, axis: value}
-                        alternatives[f"{axis}={value}"] = np.asarray(oracle(**spec.case.inputs, **alt))
-        arrays = {**spec.case.inputs, **({"expected": expected} if expected is not None else {})}
+                        alternatives[f"{axis}={value}"] = as_output(oracle(**spec.case.inputs, **alt))
+        arrays = dict(spec.case.inputs)
+        if isinstance(expected, tuple):
+            arrays.update(zip(outputs, expected))
+        elif expected is not None:
+            arrays["expected"] = expected
         fmts = {name: fmt for name, arr in arrays.items() if (fmt := formats(name, arr))}
         vectors.append(
             Vector(i, spec.comment, tuple(spec.flags), spec.result, params,
@@ -198,8 +228,9 @@ def _array_entry(key: str, arr: np.ndarray, fmt: str | None) -> dict[str, Any]:
     return entry
 
 
-def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vector]):
-    """The JSON document and the NPZ arrays of one op's group of vectors."""
+def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vector], outputs: Sequence[str] = ()):
+    """The JSON document and the NPZ arrays of one op's group of vectors; an op with
+    several outputs stores each under its name (`expected` becomes an object)."""
     arrays: dict[str, np.ndarray] = {}
     entries = []
     for v in vectors:
@@ -216,12 +247,15 @@ def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vec
             "params": dict(v.params),
             "inputs": {n: put(n, a, v.formats.get(n)) for n, a in v.inputs.items()},
         }
+        def put_output(prefix: str, out: Output):
+            if isinstance(out, tuple):
+                return {n: put(f"{prefix}.{n}", a, v.formats.get(n)) for n, a in zip(outputs, out)}
+            return put(prefix, out, v.formats.get("expected"))
+
         if v.expected is not None:
-            entry["expected"] = put("expected", v.expected, v.formats.get("expected"))
+            entry["expected"] = put_output("expected", v.expected)
         if v.alternatives:
-            entry["alternatives"] = {
-                k: put(f"alt.{k}", a, v.formats.get("expected")) for k, a in v.alternatives.items()
-            }
+            entry["alternatives"] = {k: put_output(f"alt.{k}", a) for k, a in v.alternatives.items()}
         entries.append(entry)
     doc = {"op": op_name, **meta, "golden_format": GOLDEN_FORMAT, "vectors": entries}
     return doc, arrays
@@ -260,12 +294,15 @@ def load_vectors(op_name: str, directory: Path | None = None) -> list[Vector]:
     for e in doc["vectors"]:
         inputs = {n: arrays[a["key"]] for n, a in e["inputs"].items()}
         formats = {n: a["format"] for n, a in e["inputs"].items() if "format" in a}
-        expected = None
-        if "expected" in e:
-            expected = arrays[e["expected"]["key"]]
-            if "format" in e["expected"]:
-                formats["expected"] = e["expected"]["format"]
-        alternatives = {k: arrays[a["key"]] for k, a in e.get("alternatives", {}).items()}
+        def get_output(entry, name="expected"):
+            if "key" not in entry:  # several named outputs
+                return tuple(get_output(sub, n) for n, sub in entry.items())
+            if "format" in entry:
+                formats[name] = entry["format"]
+            return arrays[entry["key"]]
+
+        expected = get_output(e["expected"]) if "expected" in e else None
+        alternatives = {k: get_output(a) for k, a in e.get("alternatives", {}).items()}
         vectors.append(Vector(e["id"], e["comment"], tuple(e["flags"]), e["result"], e["params"],
                               inputs, expected, alternatives, formats))
     return vectors
