@@ -23,6 +23,7 @@ from hypothesis.extra import numpy as hnp
 from ref.conformance.catalog import Flag, Kind, Op, Variant, seed_for
 from ref.formats.minifloat import (
     FORMATS,
+    get_format,
     FloatFormat,
     NanPolicy,
     NegativePolicy,
@@ -30,15 +31,18 @@ from ref.formats.minifloat import (
     decode,
     encode,
 )
+from ref.formats import mx
 from ref.formats.packing import NIBBLE_ORDERS, pack_fp4, unpack_fp4
-from ref.testing.compare import compare_codes, compare_exact, compare_values
+from ref.testing.compare import compare_block_codes, compare_codes, compare_exact, compare_values
 from ref.testing.golden import Case, VectorSpec
 from ref.testing.strategies import (
     FLOAT_DTYPES,
+    block_shapes,
     codes,
     edge_arrays,
     edge_values,
     float_bits_arrays,
+    outlier_arrays,
     realistic_arrays,
     representable_values,
     rounding_ties,
@@ -107,6 +111,16 @@ FLAGS = {
                        "a NaN whose payload sits in the low bits rounds into Inf or a number"),
     "SrBoundary": Flag("stochastic rounding that drops or misplaces the low random bits",
                        "the carry happens one random step late or early: a bias of 2^-16 or more"),
+    "ScaleRule": Flag("the shared exponent computed by another rule than the declared one (floor, ceil, even, rceil)",
+                      "every block whose amax is not a power of two gets a scale one step off"),
+    "Log2Float32": Flag("floor(log2(amax)) taken with a float32 log2, which rounds up just below a power of two",
+                        "blocks with amax just under 2^k get a scale one step too large"),
+    "ZeroBlock": Flag("an all-zero block's scale computed from log2(0)",
+                      "the scale wraps, goes NaN, or differs from the smallest scale 2^-127"),
+    "NanBlock": Flag("NaN or Inf in a block ignored (nanmax) or turned into zero",
+                     "a poisoned block decodes as numbers instead of NaN"),
+    "ElementSaturation": Flag("elements past the element max not clamped after division by the scale",
+                              "under the floor rule amax/2^X can exceed max: NaN or Inf elements appear"),
     "InvalidInput": Flag("bad input accepted silently",
                          "a wrong dtype or shape is reinterpreted instead of rejected"),
     "Random": Flag("any bug the curated vectors miss",
@@ -586,6 +600,159 @@ def _unpack_examples(supported):
     return case()
 
 
+MX_NAMES = {"float8_e4m3fn": "mxfp8_e4m3", "float8_e5m2": "mxfp8_e5m2", "float6_e2m3fn": "mxfp6_e2m3",
+            "float6_e3m2fn": "mxfp6_e3m2", "float4_e2m1fn": "mxfp4", "int8": "mxint8"}
+_MX_VARIANTS = (
+    Variant("scale_rule", tuple(r.value for r in mx.ScaleRule), "floor",
+            "shared exponent: floor (OCP), ceil, even (amax rounded to the element width), rceil (NVIDIA)"),
+    Variant("scale_overflow", tuple(o.value for o in mx.ScaleOverflow), "nan",
+            "Inf in a block or an exponent past 127: scale 0xFF (NaN) or 0xFE (satfinite, TransformerEngine)"),
+)
+
+
+def _mx_vectors(elem: str) -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for(f"formats.{MX_NAMES[elem]}.quantize"))
+    emax, _ = mx.MX_ELEMENTS[elem]
+    top = mx._max_element(elem)
+    specs = []
+
+    def add(comment, flags, x, result="valid", **params):
+        specs.append(VectorSpec(comment, tuple(flags), Case({"x": np.asarray(x, dtype=np.float32)}, params), result))
+
+    def row(amax, n=32, seed=0):
+        """One block of n values with the given amax (at index 3), the rest below it."""
+        r = np.random.default_rng(seed).uniform(-1, 1, n) * amax
+        r[3] = amax
+        return r
+
+    gauss = rng.standard_normal((4, 64)) * np.array([[1e-3], [1.0], [30.0], [1e4]])
+    outliers = rng.standard_normal((2, 64))
+    outliers[:, 5] *= 300
+    for rule in mx.ScaleRule:
+        add(f"{rule.value}: Gaussian rows at four magnitudes", ["ScaleRule", "Random"], gauss, scale_rule=rule.value)
+        add(f"{rule.value}: an outlier channel sets each block's scale", ["ScaleRule"], outliers, scale_rule=rule.value)
+        powers = np.stack([row(2.0**k, seed=k + 40) for k in (-20, -1, 0, 1, 7, 20)])
+        add(f"{rule.value}: amax exactly a power of two", ["ScaleRule"], powers, scale_rule=rule.value)
+        below = np.stack([row(float(np.nextafter(np.float32(2.0**k), np.float32(0))), seed=k + 80)
+                          for k in (-20, 1, 7, 20, 60)])
+        add(f"{rule.value}: amax one float32 ulp below a power of two", ["ScaleRule", "Log2Float32"], below,
+            scale_rule=rule.value)
+        maxes = np.stack([row(top * 2.0**k * f, seed=k + 7) for k in (-3, 0, 5) for f in (1.0, 1.0 + 2**-20)])
+        add(f"{rule.value}: amax at element max times a power of two, and just above", ["ScaleRule"], maxes,
+            scale_rule=rule.value)
+        add(f"{rule.value}: all-zero block (and -0)", ["ZeroBlock"], np.stack([np.zeros(32), -np.zeros(32)]),
+            scale_rule=rule.value)
+        sub = np.stack([row(1e-40), row(3e-45, seed=3)])
+        add(f"{rule.value}: amax a float32 subnormal", ["ZeroBlock", "InputSubnormal"], sub, scale_rule=rule.value)
+        huge = np.stack([row(3.4e38), row(2.0**127)])
+        add(f"{rule.value}: amax near float32 max (the exponent may pass 127)", ["Overflow"], huge,
+            scale_rule=rule.value)
+        poison = np.stack([row(1.0), row(1.0), row(1.0)])
+        poison[0, 9], poison[1, 9], poison[2, 30] = np.nan, np.inf, -np.inf
+        add(f"{rule.value}: NaN or Inf in a block", ["NanBlock"], poison, scale_rule=rule.value)
+    sat = np.stack([row(top * 2.0**k * 1.99 / (top / 2.0**emax) if elem != "int8" else 1.99 * 2.0**k)
+                    for k in (0, 3)])
+    add("floor: amax/2^X above the element max saturates", ["ElementSaturation"], sat)
+    values = np.array([0.0]) if elem == "int8" else representable_values(elem)
+    ties = (values[:-1] + values[1:]) / 2 if elem != "int8" else (np.arange(-126, 126) + 0.5) / 64
+    blk = np.concatenate([ties[: (len(ties) // 32) * 32]])
+    if blk.size:
+        tie_rows = blk.reshape(-1, 32).copy()
+        tie_rows[:, 0] = 2.0**emax * 1.5  # pins the scale exponent at X = 0 (floor rule)
+        add("element ties round to even (scale pinned at 1)", ["TiesToEven"], tie_rows)
+    add("a 2x3x64 tensor, blocks along the last axis", ["Random"], rng.standard_normal((2, 3, 64)) * 5)
+    add("empty input", ["EmptyInput"], np.zeros((0, 32)))
+    specs.append(VectorSpec("a last axis that is not a multiple of 32 is rejected", ("InvalidInput",),
+                            Case({"x": np.ones((2, 48), dtype=np.float32)}), "invalid"))
+    return specs
+
+
+def _mx_dequant_vectors(elem: str) -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for(f"formats.{MX_NAMES[elem]}.dequantize"))
+    bits = 8 if elem == "int8" else get_format(elem).nbits
+    codes_all = rng.integers(0, 1 << bits, (4, 64)).astype(np.uint8)
+    scales = np.array([[0, 1], [126, 127], [128, 200], [254, 255]], dtype=np.uint8)
+    every = np.arange(1 << bits, dtype=np.uint8)
+    every = np.resize(every, (max(1, every.size // 32), 32))
+    return [
+        VectorSpec("random codes under the extreme scales 2^-127, 2^127 and NaN", ("Random", "NanBlock"),
+                   Case({"codes": codes_all, "scales": scales})),
+        VectorSpec("every element code under scale 1", ("Exhaustive",),
+                   Case({"codes": every, "scales": np.full((every.shape[0], 1), 127, np.uint8)})),
+        VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
+                   Case({"codes": codes_all, "scales": scales[:, :1]}), "invalid"),
+    ]
+
+
+def _mx_examples(elem: str):
+    def strategy(supported):
+        @st.composite
+        def case(draw):
+            shape = draw(block_shapes(block=32, max_blocks=3), label="shape")
+            x = draw(st.one_of(realistic_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32))),
+                               outlier_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32)))),
+                     label="x")
+            if draw(st.booleans(), label="poison") and x.size:
+                x = x.copy()
+                x.flat[draw(st.integers(0, x.size - 1))] = draw(st.sampled_from([np.nan, np.inf, -np.inf, 0.0]))
+            params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+            return Case({"x": x}, params)
+
+        return case()
+
+    return strategy
+
+
+def _mx_dequant_examples(elem: str):
+    bits = 8 if elem == "int8" else get_format(elem).nbits
+
+    def strategy(supported):
+        @st.composite
+        def case(draw):
+            shape = draw(block_shapes(block=32, max_blocks=3), label="shape")
+            c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, (1 << bits) - 1)), label="codes")
+            s = draw(hnp.arrays(np.uint8, (*shape[:-1], shape[-1] // 32)), label="scales")
+            return Case({"codes": c, "scales": s}, {})
+
+        return case()
+
+    return strategy
+
+
+def _mx_ops(elem: str) -> list[Op]:
+    name = MX_NAMES[elem]
+    elem_fmt = None if elem == "int8" else elem
+    return [
+        Op(
+            name=f"formats.{name}.quantize",
+            kind=Kind.EXACT,
+            oracle=partial(mx.quantize, elem=elem),
+            summary=f"float32 [..., 32k] -> ({elem} codes, E8M0 scales [..., k]), OCP MX",
+            spec=f"{SPEC}#mx",
+            variants=_MX_VARIANTS,
+            vectors=partial(_mx_vectors, elem),
+            examples=_mx_examples(elem),
+            compare=partial(compare_block_codes, elem_fmt=elem_fmt),
+            outputs=("codes", "scales"),
+            array_format=lambda n, a, e=elem: {"codes": None if e == "int8" else e,
+                                               "scales": "float8_e8m0fnu"}.get(n),
+        ),
+        Op(
+            name=f"formats.{name}.dequantize",
+            kind=Kind.EXACT,
+            oracle=partial(mx.dequantize, elem=elem),
+            summary=f"({elem} codes, E8M0 scales) -> float64 values",
+            spec=f"{SPEC}#mx",
+            variants=(),
+            vectors=partial(_mx_dequant_vectors, elem),
+            examples=_mx_dequant_examples(elem),
+            compare=partial(compare_values, fmt="float64"),
+            array_format=lambda n, a, e=elem: {"codes": None if e == "int8" else e,
+                                               "scales": "float8_e8m0fnu"}.get(n),
+        ),
+    ]
+
+
 _FP4 = FORMATS["float4_e2m1fn"]
 
 OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
@@ -613,4 +780,4 @@ OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
         compare=partial(compare_codes, fmt=_FP4.name),
         array_format=lambda name, arr: {"packed": "float4_e2m1fn_x2", "expected": "float4_e2m1fn"}.get(name),
     ),
-]
+] + [op for elem in mx.MX_ELEMENTS for op in _mx_ops(elem)]

@@ -10,7 +10,7 @@ codes, both bit patterns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 from ref.formats.minifloat import FloatFormat, decode, get_format
 from ref.testing.ulp import bits_to_str, ulp_distance
 
-__all__ = ["Comparison", "Mismatch", "compare_codes", "compare_exact", "compare_values"]
+__all__ = ["Comparison", "Mismatch", "compare_block_codes", "compare_codes", "compare_exact", "compare_values"]
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,13 @@ class Comparison:
     tolerance: float = 0.0
     first: Mismatch | None = None
     problem: str | None = None
+    part: str = ""  # which output of several, e.g. "scales"
 
     def describe(self) -> str:
+        head = f"{self.part}: " if self.part else ""
+        return head + self._describe()
+
+    def _describe(self) -> str:
         if self.problem:
             return self.problem
         if self.ok:
@@ -183,3 +188,23 @@ def compare_exact(expected: ArrayLike, actual: ArrayLike, *, fmt: str | FloatFor
     first = Mismatch(i, str(e), str(a), format(e & ((1 << width) - 1), f"0{width}b"),
                      format(a & ((1 << width) - 1), f"0{width}b"))
     return Comparison(False, expected.size, int(bad.sum()), float(diff[bad].max()), unit, first=first)
+
+
+def compare_block_codes(expected, actual, *, elem_fmt: str | None, scale_fmt: str = "float8_e8m0fnu",
+                        block: int = 32, axis: int = -1) -> Comparison:
+    """(codes, scales) of a block codec: scales bit for bit, then element codes bit for
+    bit except in blocks whose expected scale is NaN (their elements carry no value).
+    `elem_fmt` None compares element codes as plain integers (MXINT8)."""
+    if not isinstance(actual, tuple) or len(actual) != 2:
+        return Comparison(False, 0, 0, np.inf, "", problem="expected a (codes, scales) pair")
+    (codes, scales), (got_codes, got_scales) = expected, actual
+    cmp = compare_codes(scales, got_scales, scale_fmt)
+    if not cmp.ok:
+        return replace(cmp, part="scales")
+    nan_block = np.moveaxis(get_format(scale_fmt).is_nan_code(scales), axis, -1)
+    nan_elem = np.moveaxis(np.repeat(nan_block, block, axis=-1), -1, axis)
+    got_codes = np.asarray(got_codes)
+    if got_codes.shape == codes.shape and got_codes.dtype == codes.dtype:
+        got_codes = np.where(nan_elem, codes, got_codes)
+    cmp = compare_codes(codes, got_codes, elem_fmt) if elem_fmt else compare_exact(codes, got_codes)
+    return replace(cmp, part="codes")

@@ -80,3 +80,35 @@ def bug(name):
 HALF_AWAY = bug("round half away from zero")
 SWAPPED_NIBBLES = bug("FP4 nibble order swapped")
 CORRECT = table_codec(kinds=("encode", "decode", "pack"), name="table codec")
+
+
+def mx_composed(bugs=(), elems=None, name=None, variants=None):
+    """The independent MX codec (frexp scales, ml_dtypes element casts)."""
+    from corpus import mx_composed as mc
+
+    from ref.formats.ops import MX_NAMES
+
+    ops = {}
+    for elem, short in MX_NAMES.items():
+        if elems and elem not in elems:
+            continue
+        ops[f"formats.{short}.quantize"] = partial(mc.quantize, elem=elem, bugs=bugs)
+        ops[f"formats.{short}.dequantize"] = partial(mc.dequantize, elem=elem)
+    declared = _all_variants(ops) if variants is None else variants
+    return Implementation(name or f"mx composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
+
+
+# name -> (bugs, elements, variants declared (None: all), the flag that must catch it)
+MX_BUGS = {
+    "MX elements rounded half away from zero (microxcaling's 'nearest')": (("half_away",), ("float8_e4m3fn",),
+                                                                            None, "TiesToEven"),
+    "RCEIL scale by truncating log2(amax/max)": (("rceil_floor",), ("float4_e2m1fn",), None, "ScaleRule"),
+    "floor(log2) in float32 near a power of two": (("log2f",), ("float8_e5m2",), None, "Log2Float32"),
+    "NaN in a block ignored (nanmax)": (("nanmax",), ("float6_e2m3fn",), None, "NanBlock"),
+    "elements not saturated after scaling": (("no_saturation",), ("float8_e4m3fn",), None, "ElementSaturation"),
+}
+
+
+def mx_bug(name):
+    bugs, elems, variants, _ = MX_BUGS[name]
+    return mx_composed(bugs, elems, name=name, variants=variants)
