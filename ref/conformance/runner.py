@@ -265,7 +265,7 @@ def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None
         if value not in judge.supported.get(axis, (value,)) and axis not in latitude:
             return None
     free = [a for a in judge.supported if a not in params]
-    base = dict(params)
+    base = {**params, **{a: judge.supported[a][0] for a in free}}
     for axis in free:
         ok = [x for x in judge.supported[axis] if judge.runs_oracle(v, {**base, axis: x})]
         if not ok:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from functools import partial
 
@@ -31,9 +32,9 @@ from ref.formats.minifloat import (
     decode,
     encode,
 )
-from ref.formats import mx
+from ref.formats import mx, nvfp4
 from ref.formats.packing import NIBBLE_ORDERS, pack_fp4, unpack_fp4
-from ref.testing.compare import compare_block_codes, compare_codes, compare_exact, compare_values
+from ref.testing.compare import Comparison, compare_block_codes, compare_codes, compare_exact, compare_values
 from ref.testing.golden import Case, VectorSpec
 from ref.testing.strategies import (
     FLOAT_DTYPES,
@@ -121,6 +122,12 @@ FLAGS = {
                      "a poisoned block decodes as numbers instead of NaN"),
     "ElementSaturation": Flag("elements past the element max not clamped after division by the scale",
                               "under the floor rule amax/2^X can exceed max: NaN or Inf elements appear"),
+    "RecipeOrder": Flag("another recipe's float32 operation order (or a fused/reassociated one)",
+                        "block scales or codes differ from the declared recipe where intermediates meet a tie"),
+    "E4M3Rounding": Flag("the block scale left in float32 instead of rounded to E4M3",
+                         "elements are scaled by a value the stored scale cannot reproduce"),
+    "ScaleClamp": Flag("torchao's 2^-6 floor on the block scale missing, or applied to a recipe without it",
+                       "small-magnitude blocks get another scale (and zero blocks another code)"),
     "InvalidInput": Flag("bad input accepted silently",
                          "a wrong dtype or shape is reinterpreted instead of rejected"),
     "Random": Flag("any bug the curated vectors miss",
@@ -753,6 +760,207 @@ def _mx_ops(elem: str) -> list[Op]:
     ]
 
 
+_NV_VARIANTS = (
+    Variant("recipe", tuple(r.value for r in nvfp4.Recipe), "transformer_engine",
+            "float32 operation order of the scales: TransformerEngine, vLLM/FlashInfer, torchao"),
+    Variant("tile_2d", ("false", "true"), "false", "one scale per 16 elements, or per 16x16 tile (TE weights)"),
+    Variant("rounding", ("nearest_even", "stochastic"), "nearest_even",
+            "element rounding; stochastic reads the top 8 bits of rbits (PTX cvt.rs.e2m1x4)"),
+)
+
+
+def _nvfp4_oracle(x, *, recipe, tile_2d, rounding, rbits=None):
+    return nvfp4.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits)
+
+
+def _recipe_ties(recipe_a: str, recipe_b: str, amax: float, count: int = 32) -> np.ndarray:
+    """Block maxima where two recipes' float32 orders pick different E4M3 scales
+    (searched among float32 neighbours of each E4M3 tie times 6/g)."""
+    g = {r: nvfp4._global(np.float32(amax), nvfp4.Recipe(r)) for r in (recipe_a, recipe_b)}
+    e4 = representable_values("float8_e4m3fn")
+    e4 = e4[e4 > 0.01]
+    ties = (e4[:-1] + e4[1:]) / 2
+    found = []
+    g_te = float(nvfp4._global(np.float32(amax), nvfp4.Recipe.TRANSFORMER_ENGINE))
+    for t in ties[::3]:
+        centre = np.float32(t * 6 / g_te)
+        steps = np.arange(-64, 65)
+        cand = (centre.view(np.int32) + steps).astype(np.int32).view(np.float32)
+        cand = cand[(cand > 0) & (cand < amax)]
+        sa, _ = nvfp4._scales_and_multipliers(cand, g[recipe_a], nvfp4.Recipe(recipe_a))
+        sb, _ = nvfp4._scales_and_multipliers(cand, g[recipe_b], nvfp4.Recipe(recipe_b))
+        found.extend(cand[sa != sb][:2])
+        if len(found) >= count:
+            break
+    return np.array(found[:count], dtype=np.float32)
+
+
+def _at_scale_ties(recipe: nvfp4.Recipe, amax: float, count: int = 40) -> np.ndarray:
+    """Block maxima whose float32 block-scale value, in this recipe's order, lies
+    within 2 ulps of an E4M3 tie: any other order or rounding of the intermediates
+    lands some of them on the other side."""
+    g = nvfp4._global(np.float32(amax), recipe)
+    e4 = representable_values("float8_e4m3fn")
+    e4 = e4[(e4 > 0.01) & (e4 < 448)]
+    ties = ((e4[:-1] + e4[1:]) / 2)[::2].astype(np.float32)
+    per_unit = float(g) / 6 if recipe is not nvfp4.Recipe.TORCHAO else 1 / (6 * float(g))
+    centre = (ties / per_unit).astype(np.float32)
+    cand = (centre.view(np.int32)[:, None] + np.arange(-6, 7)).astype(np.int32).view(np.float32)
+    with np.errstate(all="ignore"):
+        if recipe is nvfp4.Recipe.TRANSFORMER_ENGINE:
+            value = cand * (g * np.float32(1 / 6))
+        elif recipe is nvfp4.Recipe.VLLM:
+            value = g * (cand * np.float32(1 / 6))
+        else:
+            value = (cand / np.float32(6)) / g
+    ulp = np.spacing(ties)[:, None]
+    near = (np.abs(value - ties[:, None]) <= 2 * ulp) & (cand > 0) & (cand < amax)
+    return cand[near][:count].astype(np.float32)
+
+
+def _nvfp4_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.nvfp4.quantize"))
+    specs = []
+
+    def add(comment, flags, x, result="valid", **params):
+        inputs = {"x": np.asarray(x, dtype=np.float32)}
+        if "rbits" in params:
+            inputs["rbits"] = params.pop("rbits")
+        specs.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
+
+    gauss = rng.standard_normal((32, 64)).astype(np.float32)
+    gauss[:, 5] *= 40  # an outlier channel
+    for r in nvfp4.Recipe:
+        add(f"{r.value}: Gaussian 32x64 with an outlier channel", ["RecipeOrder", "Random"], gauss, recipe=r.value)
+        add(f"{r.value}: 16x16 tiles (2D scaling)", ["RecipeOrder"], gauss, recipe=r.value, tile_2d="true")
+        tiny = rng.standard_normal((4, 32)) * np.array([[1e-6], [1e-3], [1.0], [1e3]])
+        tiny[0] = 0.0
+        add(f"{r.value}: blocks from zero to large, one all-zero row", ["ZeroBlock", "ScaleClamp", "E4M3Rounding"],
+            tiny, recipe=r.value)
+        add(f"{r.value}: an all-zero tensor", ["ZeroBlock"], np.zeros((2, 32)), recipe=r.value)
+        poison = rng.standard_normal((3, 32))
+        poison[0, 3], poison[1, 20] = np.nan, np.inf
+        add(f"{r.value}: NaN and Inf blocks", ["NanBlock"], poison, recipe=r.value)
+        ties = np.tile(np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2, dtype=np.float32), (2, 1))
+        ties[1] *= -1
+        add(f"{r.value}: element ties (block amax 6 under a unit global scale)", ["TiesToEven"],
+            np.concatenate([ties, np.full((1, 16), 6.0 * 448, np.float32)]), recipe=r.value)
+        add(f"{r.value}: stochastic rounding with random bits", ["StochasticRounding"], gauss[:4],
+            recipe=r.value, rounding="stochastic",
+            rbits=rng.integers(0, 2**32, (4, 64), dtype=np.uint64).astype(np.uint32))
+    for a, b in (("transformer_engine", "vllm"), ("transformer_engine", "torchao"), ("vllm", "torchao")):
+        amax = 100.0
+        bam = _recipe_ties(a, b, amax)
+        if bam.size:
+            rows = np.zeros((bam.size + 1, 16), np.float32)
+            rows[0, 0] = amax  # fixes the global amax
+            rows[1:, :] = rng.uniform(-1, 1, (bam.size, 16)).astype(np.float32) * bam[:, None]
+            rows[1:, 0] = bam
+            for r in (a, b):
+                add(f"{r}: block maxima where {a} and {b} choose different E4M3 scales", ["RecipeOrder"], rows,
+                    recipe=r)
+    for r in nvfp4.Recipe:
+        for amax in (1000.0, 77.7):  # 1000: f32(g / 6) != f32(g * f32(1/6))
+            bam = _at_scale_ties(r, amax)
+            rows = np.zeros((bam.size + 1, 16), np.float32)
+            rows[0, 0] = amax
+            rows[1:, 0] = bam
+            rows[1:, 1:] = rng.uniform(-1, 1, (bam.size, 15)).astype(np.float32) * bam[:, None]
+            add(f"{r.value}: block scale products within 2 float32 ulps of an E4M3 tie (global amax {amax:g})",
+                ["RecipeOrder", "E4M3Rounding"], rows, recipe=r.value)
+    add("empty input", ["EmptyInput"], np.zeros((0, 16)))
+    specs.append(VectorSpec("a last axis that is not a multiple of 16 is rejected", ("InvalidInput",),
+                            Case({"x": np.ones((2, 24), np.float32)}), "invalid"))
+    specs.append(VectorSpec("2D tiles need rows in multiples of 16", ("InvalidInput",),
+                            Case({"x": np.ones((8, 16), np.float32)}, {"tile_2d": "true"}), "invalid"))
+    return specs
+
+
+def _nvfp4_examples(supported):
+    @st.composite
+    def case(draw):
+        rows = draw(st.sampled_from([16, 32]), label="rows")
+        cols = 16 * draw(st.integers(1, 4), label="blocks")
+        x = draw(st.one_of(realistic_arrays(shape=st.just((rows, cols)), dtype=st.just(np.dtype(np.float32))),
+                           outlier_arrays(shape=st.just((rows, cols)), dtype=st.just(np.dtype(np.float32)))),
+                 label="x")
+        params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+        inputs = {"x": x}
+        if params["rounding"] == "stochastic":
+            inputs["rbits"] = draw(hnp.arrays(np.uint32, x.shape), label="rbits")
+        return Case(inputs, params)
+
+    return case()
+
+
+def _compare_nvfp4(expected, actual):
+    if not isinstance(actual, tuple) or len(actual) != 3:
+        return Comparison(False, 0, 0, np.inf, "", problem="expected (codes, scales, global_scale)")
+    cmp = compare_values(np.asarray(expected[2], dtype=np.float32), np.asarray(actual[2]))
+    if not cmp.ok:
+        return replace(cmp, part="global_scale")
+    return compare_block_codes(expected[:2], tuple(actual[:2]), elem_fmt="float4_e2m1fn",
+                               scale_fmt="float8_e4m3fn", block=16)
+
+
+def _nvfp4_dequant_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.nvfp4.dequantize"))
+    codes = rng.integers(0, 16, (4, 32)).astype(np.uint8)
+    scales = np.array([[0x00, 0x01], [0x38, 0x7E], [0x7F, 0xFE], [0x08, 0x40]], dtype=np.uint8)
+    specs = []
+    for r in nvfp4.Recipe:
+        for gs in (1.0, 0.0123, 2688 / 3.0):
+            specs.append(VectorSpec(f"{r.value}: random codes, extreme and NaN scales, global {gs:g}",
+                                    ("Random", "NanBlock"),
+                                    Case({"codes": codes, "scales": scales,
+                                          "global_scale": np.float32(gs)}, {"recipe": r.value})))
+    specs.append(VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
+                            Case({"codes": codes, "scales": scales[:, :1], "global_scale": np.float32(1)}),
+                            "invalid"))
+    return specs
+
+
+def _nvfp4_dequant_examples(supported):
+    @st.composite
+    def case(draw):
+        shape = draw(block_shapes(block=16, max_blocks=3), label="shape")
+        c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 15)), label="codes")
+        sc = draw(hnp.arrays(np.uint8, (*shape[:-1], shape[-1] // 16)), label="scales")
+        gs = draw(st.floats(1e-6, 1e6, width=32), label="global_scale")
+        return Case({"codes": c, "scales": sc, "global_scale": np.float32(gs)},
+                    {"recipe": draw(st.sampled_from(list(supported["recipe"])), label="recipe")})
+
+    return case()
+
+
+_NVFP4_OPS = [
+    Op(
+        name="formats.nvfp4.quantize",
+        kind=Kind.EXACT,
+        oracle=_nvfp4_oracle,
+        summary="float32 [..., R, 16k] -> (E2M1 codes, E4M3 scales [..., R, k], FP32 global scale)",
+        spec=f"{SPEC}#nvfp4",
+        variants=_NV_VARIANTS,
+        vectors=_nvfp4_vectors,
+        examples=_nvfp4_examples,
+        compare=_compare_nvfp4,
+        outputs=("codes", "scales", "global_scale"),
+        array_format=lambda n, a: {"codes": "float4_e2m1fn", "scales": "float8_e4m3fn"}.get(n),
+    ),
+    Op(
+        name="formats.nvfp4.dequantize",
+        kind=Kind.EXACT,
+        oracle=nvfp4.dequantize,
+        summary="(E2M1 codes, E4M3 scales, global scale) -> float64 values",
+        spec=f"{SPEC}#nvfp4",
+        variants=(_NV_VARIANTS[0],),
+        vectors=_nvfp4_dequant_vectors,
+        examples=_nvfp4_dequant_examples,
+        compare=partial(compare_values, fmt="float64"),
+        array_format=lambda n, a: {"codes": "float4_e2m1fn", "scales": "float8_e4m3fn"}.get(n),
+    ),
+]
+
 _FP4 = FORMATS["float4_e2m1fn"]
 
 OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
@@ -780,4 +988,4 @@ OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
         compare=partial(compare_codes, fmt=_FP4.name),
         array_format=lambda name, arr: {"packed": "float4_e2m1fn_x2", "expected": "float4_e2m1fn"}.get(name),
     ),
-] + [op for elem in mx.MX_ELEMENTS for op in _mx_ops(elem)]
+] + [op for elem in mx.MX_ELEMENTS for op in _mx_ops(elem)] + _NVFP4_OPS

@@ -295,8 +295,8 @@ def load_vectors(op_name: str, directory: Path | None = None) -> list[Vector]:
         inputs = {n: arrays[a["key"]] for n, a in e["inputs"].items()}
         formats = {n: a["format"] for n, a in e["inputs"].items() if "format" in a}
         def get_output(entry, name="expected"):
-            if "key" not in entry:  # several named outputs
-                return tuple(get_output(sub, n) for n, sub in entry.items())
+            if "key" not in entry:  # several named outputs, in the op's order
+                return tuple(get_output(entry[n], n) for n in doc["outputs"])
             if "format" in entry:
                 formats[name] = entry["format"]
             return arrays[entry["key"]]

@@ -112,3 +112,45 @@ MX_BUGS = {
 def mx_bug(name):
     bugs, elems, variants, _ = MX_BUGS[name]
     return mx_composed(bugs, elems, name=name, variants=variants)
+
+
+def nvfp4_composed(bugs=(), name=None, variants=None):
+    """The independent NVFP4 codec (each recipe's steps with ml_dtypes casts); RNE only."""
+    from corpus import nvfp4_composed as nc
+
+    def quantize(x, recipe, tile_2d, rounding, rbits=None):
+        return nc.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits, bugs=bugs)
+
+    ops = {"formats.nvfp4.quantize": quantize}
+    declared = {"formats.nvfp4.quantize": {"recipe": ["transformer_engine", "vllm", "torchao"],
+                                           "tile_2d": ["false", "true"]}} if variants is None else variants
+    return Implementation(name or f"nvfp4 composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
+
+
+def _one_recipe(recipe):
+    return {"formats.nvfp4.quantize": {"recipe": [recipe], "tile_2d": ["false", "true"]}}
+
+
+# name -> (bugs, variants declared, the flag that must catch it)
+NVFP4_BUGS = {
+    "TE scale from amax/6 without the E4M3 rounding": (("no_e4m3",), _one_recipe("transformer_engine"),
+                                                        "E4M3Rounding"),
+    "TE block scale with amax * g / 6 instead of amax * (g * (1/6))": (("no_recip_six",),
+                                                                        _one_recipe("transformer_engine"),
+                                                                        "RecipeOrder"),
+    "vLLM claimed, TransformerEngine's order computed": ((), {"formats.nvfp4.quantize": {"recipe": ["vllm"]}},
+                                                         "RecipeOrder"),
+}
+
+
+def nvfp4_bug(name):
+    bugs, variants, _ = NVFP4_BUGS[name]
+    if name.startswith("vLLM claimed"):
+        from corpus import nvfp4_composed as nc
+
+        def te_as_vllm(x, recipe, tile_2d, rounding, rbits=None):
+            return nc.quantize(x, recipe="transformer_engine", tile_2d=tile_2d == "true", rounding=rounding,
+                               rbits=rbits)
+
+        return Implementation(name, {"formats.nvfp4.quantize": te_as_vllm}, variants=variants)
+    return nvfp4_composed(bugs, name=name, variants=variants)

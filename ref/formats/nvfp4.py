@@ -1,0 +1,158 @@
+"""NVFP4: E2M1 elements in blocks of 16 along the last axis, an E4M3 block scale,
+and an FP32 per-tensor scale, with each engine's recipe in its exact float32 order.
+
+The recipes agree algebraically (block scale ~ block_amax / 6 / global, element ~
+x / (block scale * global)) but round differently where an intermediate lands near an
+E4M3 or E2M1 tie, so each is spelled out operation by operation (every `f32(...)`
+below is one IEEE float32 operation, rounded to nearest even):
+
+  transformer_engine  g   = f32(2688 / amax)  (1 if amax or g is 0; at most FLT_MAX)
+                      sb  = e4m3(f32(bamax * f32(g * f32(1/6))))       satfinite
+                      r   = min(f32(1 / f32(sb * f32(1/g))), FLT_MAX)
+                      q   = f32(x * r)
+  vllm                g   = f32(2688 / amax)
+                      sb  = e4m3(f32(g * f32(bamax * f32(1/6))))
+                      r   = 0 if sb == 0 else f32(1 / f32(sb * f32(1/g)))
+                      q   = f32(x * r)
+  torchao             p   = f32(amax / 2688)
+                      sb  = e4m3(clamp(f32(f32(bamax / 6) / p), 2^-6, 448))
+                      q   = f32(x / f32(p * sb))
+
+and codes = e2m1(clamp(q, -6, 6)), round to nearest even (or stochastic, with the
+random bits as input). The global scale returned is the recipe's own: TE's and
+vLLM's encode scale g (dequantize multiplies by f32(1/g)), torchao's decode scale p.
+An all-zero tensor (amax 0) takes TE's rule, g = 1 (p = 1 for torchao): the vLLM and
+torchao code divide by zero there.
+
+2D scaling (TE's weights): one block amax per 16x16 tile of the last two axes, its
+scale repeated on each of the tile's 16 rows.
+
+References: NVIDIA, "Pretraining Large Language Models with NVFP4",
+arXiv:2509.25149; TransformerEngine (NVFP4 recipe), vLLM (scaled_fp4_quant reference),
+torchao (NVFP4Tensor); OCP MX v1.0 for E2M1.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ref.formats.minifloat import _enum, decode, encode
+
+__all__ = ["BLOCK", "Recipe", "dequantize", "quantize"]
+
+BLOCK = 16
+F32 = np.float32
+FLT_MAX = np.finfo(np.float32).max
+E4M3_MAX, E2M1_MAX = F32(448), F32(6)
+
+
+class Recipe(enum.Enum):
+    TRANSFORMER_ENGINE = "transformer_engine"
+    VLLM = "vllm"
+    TORCHAO = "torchao"
+
+
+def _e4m3(v: NDArray[np.float32]) -> NDArray[np.uint8]:
+    """The recipes' E4M3 cast: round to nearest even, saturate (cvt.rn.satfinite)."""
+    return encode(v, "float8_e4m3fn", overflow="saturate")
+
+
+def _global(amax: np.float32, recipe: Recipe) -> np.float32:
+    """The recipe's per-tensor scale (TE/vLLM: encode scale g; torchao: decode scale p)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        if recipe is Recipe.TORCHAO:
+            p = amax / F32(448 * 6)
+            return p if p > 0 and np.isfinite(p) else F32(1)
+        g = np.minimum(F32(448 * 6) / amax, FLT_MAX)
+    return g if amax > 0 and g > 0 and np.isfinite(amax) else F32(1)
+
+
+def _block_amax(x: NDArray[np.float32], tile_2d: bool) -> NDArray[np.float32]:
+    """[..., R, n] -> [..., R, n/16] block maxima (2D: per 16x16 tile, repeated on rows)."""
+    blocks = np.abs(x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK))
+    bamax = np.max(blocks, axis=-1)  # [..., R, n/16]
+    if not tile_2d:
+        return bamax
+    rows = bamax.shape[-2]
+    tiles = bamax.reshape(*bamax.shape[:-2], rows // BLOCK, BLOCK, bamax.shape[-1]).max(axis=-2)
+    return np.repeat(tiles, BLOCK, axis=-2)
+
+
+def _scales_and_multipliers(bamax, g, recipe: Recipe):
+    """E4M3 block scale codes and the float32 factor (or divisor) for the elements."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if recipe is Recipe.TRANSFORMER_ENGINE:
+            sb = _e4m3(bamax * (g * F32(1 / 6)))
+            r = np.minimum(F32(1) / (decode(sb, "float8_e4m3fn") * (F32(1) / g)), FLT_MAX)
+        elif recipe is Recipe.VLLM:
+            sb = _e4m3(g * (bamax * F32(1 / 6)))
+            denom = decode(sb, "float8_e4m3fn") * (F32(1) / g)
+            r = np.where(denom == 0, F32(0), F32(1) / denom)
+        else:
+            s = np.clip((bamax / F32(6)) / g, F32(2.0**-6), E4M3_MAX)
+            sb = _e4m3(s)
+            r = g * decode(sb, "float8_e4m3fn")  # a divisor
+    return sb, r.astype(np.float32)
+
+
+def quantize(
+    x: ArrayLike,
+    *,
+    recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE,
+    global_amax: float | np.floating | None = None,
+    tile_2d: bool = False,
+    rounding: str = "nearest_even",
+    rbits: ArrayLike | None = None,
+) -> tuple[NDArray[np.uint8], NDArray[np.uint8], np.float32]:
+    """NVFP4-quantize `x` [..., R, n] (float32, or float16/bfloat16 widened exactly).
+
+    Returns (codes [..., R, n] uint8 E2M1 codes, one per byte; scales [..., R, n/16]
+    uint8 E4M3FN codes; global scale float32, the recipe's own). n must be a multiple
+    of 16 (and R of 16 with `tile_2d`). `global_amax` defaults to max |x|.
+    `rounding="stochastic"` takes `rbits` (uint32 per element; the top 8 bits are
+    used, the width of PTX cvt.rs.e2m1x4's random numbers).
+    """
+    recipe = _enum(recipe, Recipe, "recipe")
+    x = np.asarray(x)
+    if x.dtype.kind != "f" or x.dtype.itemsize > 4:
+        raise TypeError(f"x: expected float32 or a narrower float, got {x.dtype}")
+    x = x.astype(np.float32)
+    if x.ndim < 1 or x.shape[-1] % BLOCK:
+        raise ValueError(f"x: the last axis must be a multiple of {BLOCK}, got shape {x.shape}")
+    if tile_2d and (x.ndim < 2 or x.shape[-2] % BLOCK):
+        raise ValueError(f"x: tile_2d needs rows (axis -2) in multiples of {BLOCK}, got shape {x.shape}")
+    if rounding not in ("nearest_even", "stochastic"):
+        raise ValueError(f"rounding: expected 'nearest_even' or 'stochastic', got {rounding!r}")
+    amax = F32(np.max(np.abs(x))) if global_amax is None and x.size else F32(global_amax or 0)
+    g = _global(amax, recipe)
+    sb, r = _scales_and_multipliers(_block_amax(x, tile_2d), g, recipe)
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = blocks / r[..., None] if recipe is Recipe.TORCHAO else blocks * r[..., None]
+    q = np.clip(q, -E2M1_MAX, E2M1_MAX).reshape(x.shape)
+    codes = encode(q, "float4_e2m1fn", rounding=rounding, overflow="saturate", rbits=rbits,
+                   sr_bits=8 if rounding == "stochastic" else 32)
+    return codes, sb, g
+
+
+def dequantize(codes: ArrayLike, scales: ArrayLike, global_scale: float | np.floating, *,
+               recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE) -> NDArray[np.float64]:
+    """element * block scale * global decode scale, as float64 (exact).
+
+    The decode scale is f32(1/g) for TE and vLLM, p itself for torchao."""
+    recipe = _enum(recipe, Recipe, "recipe")
+    codes, scales = np.asarray(codes), np.asarray(scales)
+    for name, a in (("codes", codes), ("scales", scales)):
+        if a.dtype != np.uint8:
+            raise TypeError(f"{name}: expected uint8, got {a.dtype}")
+    if codes.ndim < 1 or codes.shape[-1] % BLOCK or scales.shape != (*codes.shape[:-1], codes.shape[-1] // BLOCK):
+        raise ValueError(f"scales: expected shape {(*codes.shape[:-1], codes.shape[-1] // BLOCK)} for codes of "
+                         f"shape {codes.shape}, got {scales.shape}")
+    g = F32(global_scale)
+    decode_global = g if recipe is Recipe.TORCHAO else F32(1) / g
+    values = decode(codes, "float4_e2m1fn").astype(np.float64).reshape(*scales.shape, BLOCK)
+    out = values * decode(scales, "float8_e4m3fn").astype(np.float64)[..., None] * float(decode_global)
+    return out.reshape(codes.shape)

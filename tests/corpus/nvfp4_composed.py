@@ -1,0 +1,54 @@
+"""An independent NVFP4 codec: each recipe's float32 steps written with ml_dtypes'
+casts (E4M3 clipped to +-448 first, as satfinite does; E2M1 saturates by itself)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+F = np.float32
+
+
+def _e4m3(v):
+    with np.errstate(invalid="ignore"):
+        return np.clip(v, F(-448), F(448)).astype(ml_dtypes.float8_e4m3fn)
+
+
+def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, rounding="nearest_even",
+             rbits=None, bugs=()):
+    if rounding != "nearest_even" or rbits is not None:
+        raise ValueError("rounding: only nearest_even here")
+    x = np.asarray(x).astype(F)
+    if x.shape[-1] % 16:
+        raise ValueError("x: last axis must be a multiple of 16")
+    amax = F(np.abs(x).max()) if global_amax is None and x.size else F(global_amax or 0)
+    b = np.abs(x.reshape(*x.shape[:-1], x.shape[-1] // 16, 16)).max(-1)
+    if tile_2d:
+        t = b.reshape(*b.shape[:-2], -1, 16, b.shape[-1]).max(-2)
+        b = np.repeat(t, 16, axis=-2)
+    with np.errstate(all="ignore"):
+        if recipe == "torchao":
+            p = amax / F(2688)
+            g = p if (p > 0 and np.isfinite(p)) else F(1)
+            s = np.clip((b / F(6)) / g, F(2.0**-6), F(448))
+            sb = _e4m3(s)
+            q = x.reshape(*b.shape, 16) / (g * sb.astype(F))[..., None]
+        else:
+            g = F(2688) / amax
+            g = min(g, np.finfo(F).max)
+            g = g if (amax > 0 and g > 0 and np.isfinite(amax)) else F(1)
+            if recipe == "transformer_engine":
+                t = g * F(1 / 6) if "no_recip_six" not in bugs else g / F(6)
+                sb = _e4m3(b * t) if "no_e4m3" not in bugs else (b * t)
+                sbf = sb.astype(F)
+                r = np.minimum(F(1) / (sbf * (F(1) / g)), np.finfo(F).max)
+            else:
+                sb = _e4m3(g * (b * F(1 / 6)))
+                d = sb.astype(F) * (F(1) / g)
+                r = np.where(d == 0, F(0), F(1) / d)
+            q = x.reshape(*b.shape, 16) * F(r)[..., None] if np.ndim(r) == 0 else x.reshape(*b.shape, 16) * r[..., None]
+        q = np.clip(q, F(-6), F(6)).reshape(x.shape)
+        codes = q.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    sb = np.asarray(sb)
+    scales = sb.view(np.uint8) if sb.dtype == ml_dtypes.float8_e4m3fn else _e4m3(sb).view(np.uint8)
+    return codes, scales, F(g)
