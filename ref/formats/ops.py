@@ -32,9 +32,16 @@ from ref.formats.minifloat import (
     decode,
     encode,
 )
-from ref.formats import mx, nvfp4
+from ref.formats import intgroup, layouts, mx, nvfp4
 from ref.formats.packing import NIBBLE_ORDERS, pack_fp4, unpack_fp4
-from ref.testing.compare import Comparison, compare_block_codes, compare_codes, compare_exact, compare_values
+from ref.testing.compare import (
+    Comparison,
+    compare_block_codes,
+    compare_codes,
+    compare_exact,
+    compare_parts,
+    compare_values,
+)
 from ref.testing.golden import Case, VectorSpec
 from ref.testing.strategies import (
     FLOAT_DTYPES,
@@ -128,6 +135,14 @@ FLAGS = {
                          "elements are scaled by a value the stored scale cannot reproduce"),
     "ScaleClamp": Flag("torchao's 2^-6 floor on the block scale missing, or applied to a recipe without it",
                        "small-magnitude blocks get another scale (and zero blocks another code)"),
+    "LayoutTranspose": Flag("the 128x4 scale layout with rows and columns (or its 32-row interleave) swapped",
+                            "a GEMM reads every block with another block's scale"),
+    "LayoutPadding": Flag("scale rows not padded to 128 (or columns to 4), or padding left uninitialised",
+                          "tiles after the first are misaligned, or garbage scales feed padded rows"),
+    "ZeroPoint": Flag("zero point off by one (GPTQ v1's stored zero - 1 applied twice or not at all)",
+                      "every weight of a group shifts by one quantization step"),
+    "WordOrder": Flag("INT4 codes packed into int32 in GPTQ's order where AWQ's is declared, or the reverse",
+                      "the eight weights of every word are permuted"),
     "InvalidInput": Flag("bad input accepted silently",
                          "a wrong dtype or shape is reinterpreted instead of rejected"),
     "Random": Flag("any bug the curated vectors miss",
@@ -961,6 +976,232 @@ _NVFP4_OPS = [
     ),
 ]
 
+def _layout_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.scales.to_blocked"))
+    specs = []
+    for rows, cols in ((1, 1), (128, 4), (129, 5), (300, 7), (256, 8), (32, 3)):
+        s = rng.integers(1, 256, (rows, cols)).astype(np.uint8)
+        specs.append(VectorSpec(f"{rows}x{cols} scales (padded to {-(-rows // 128) * 128}x{-(-cols // 4) * 4})",
+                                ("LayoutTranspose", "LayoutPadding"), Case({"scales": s})))
+    specs.append(VectorSpec("no rows", ("EmptyInput",), Case({"scales": np.zeros((0, 4), np.uint8)})))
+    specs.append(VectorSpec("1-D scales are rejected", ("InvalidInput",), Case({"scales": np.zeros(8, np.uint8)}),
+                            "invalid"))
+    return specs
+
+
+def _unblock_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.scales.from_blocked"))
+    specs = []
+    for rows, cols in ((1, 1), (128, 4), (129, 5), (300, 7)):
+        n = -(-rows // 128) * 128 * (-(-cols // 4) * 4)
+        specs.append(VectorSpec(f"{rows}x{cols} from its blocked layout", ("LayoutTranspose",),
+                                Case({"blocked": rng.integers(0, 256, n).astype(np.uint8),
+                                      "rows": np.int64(rows), "cols": np.int64(cols)})))
+    specs.append(VectorSpec("a blocked array of the wrong length is rejected", ("InvalidInput",),
+                            Case({"blocked": np.zeros(100, np.uint8), "rows": np.int64(128), "cols": np.int64(4)}),
+                            "invalid"))
+    return specs
+
+
+def _layout_examples(supported):
+    return st.tuples(st.integers(0, 300), st.integers(1, 12), st.integers(0, 2**32 - 1)).map(
+        lambda t: Case({"scales": np.random.default_rng(t[2]).integers(0, 256, t[:2]).astype(np.uint8)}, {}))
+
+
+def _unblock_examples(supported):
+    def make(t):
+        rows, cols, seed = t
+        n = -(-rows // 128) * 128 * (-(-cols // 4) * 4)
+        b = np.random.default_rng(seed).integers(0, 256, n).astype(np.uint8)
+        return Case({"blocked": b, "rows": np.int64(rows), "cols": np.int64(cols)}, {})
+
+    return st.tuples(st.integers(0, 300), st.integers(1, 12), st.integers(0, 2**32 - 1)).map(make)
+
+
+def _from_blocked(blocked, rows, cols):
+    return layouts.from_blocked(blocked, int(rows), int(cols))
+
+
+_INT_VARIANTS = (
+    Variant("scheme", intgroup.SCHEMES, "asymmetric",
+            "asymmetric min-max with a zero point (GPTQ, AWQ) or symmetric amax / (2^(b-1) - 1)"),
+    Variant("group", tuple(str(g) for g in intgroup.GROUP_SIZES[::-1]), "128",
+            "elements per scale along the input (last) axis"),
+)
+
+
+def _int_oracle(bits):
+    def quantize(w, *, scheme="asymmetric", group="128"):
+        return intgroup.quantize(w, bits=bits, group=int(group), scheme=scheme)
+
+    return quantize
+
+
+def _int_dequant(codes, scales, zeros, *, group="128"):
+    return intgroup.dequantize(codes, scales, zeros, group=int(group))
+
+
+def _int_vectors(bits: int) -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for(f"formats.int{bits}_group.quantize"))
+    specs = []
+    w = (rng.standard_normal((8, 256)) * 0.02).astype(np.float32)
+    w[:, 17] *= 30  # an outlier input channel
+    for scheme in intgroup.SCHEMES:
+        for group in intgroup.GROUP_SIZES:
+            specs.append(VectorSpec(f"{scheme}, group {group}: weights with an outlier channel", ("Random",),
+                                    Case({"w": w}, {"scheme": scheme, "group": str(group)})))
+        one_sided = np.abs(w[:2, :128]) + 0.01
+        specs.append(VectorSpec(f"{scheme}: all-positive groups (the zero point meets its clamp)", ("ZeroPoint",),
+                                Case({"w": np.concatenate([one_sided, -one_sided])}, {"scheme": scheme})))
+        specs.append(VectorSpec(f"{scheme}: an all-zero group", ("ZeroBlock",),
+                                Case({"w": np.zeros((1, 128), np.float32)}, {"scheme": scheme})))
+        steps = (np.arange(128) - 64).astype(np.float32) * np.float32(0.5)
+        specs.append(VectorSpec(f"{scheme}: values on half steps (rounding ties)", ("TiesToEven",),
+                                Case({"w": steps[None, :]}, {"scheme": scheme})))
+    specs.append(VectorSpec("NaN weights are rejected", ("InvalidInput", "NaN"),
+                            Case({"w": np.full((1, 128), np.nan, np.float32)}), "invalid"))
+    return specs
+
+
+def _int_dequant_vectors(bits: int) -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for(f"formats.int{bits}_group.dequantize"))
+    codes = rng.integers(0, 1 << bits, (4, 256)).astype(np.uint8)
+    specs = []
+    for group in intgroup.GROUP_SIZES:
+        n = 256 // group
+        scales = (rng.random((4, n)) * 0.01).astype(np.float32)
+        zeros = rng.integers(0, 1 << bits, (4, n)).astype(np.uint8)
+        specs.append(VectorSpec(f"random codes, group {group}", ("ZeroPoint", "Random"),
+                                Case({"codes": codes, "scales": scales, "zeros": zeros}, {"group": str(group)})))
+    specs.append(VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
+                            Case({"codes": codes, "scales": np.ones((4, 3), np.float32),
+                                  "zeros": np.zeros((4, 3), np.uint8)}), "invalid"))
+    return specs
+
+
+def _int_examples(bits: int):
+    def strategy(supported):
+        @st.composite
+        def case(draw):
+            params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+            shape = draw(block_shapes(block=int(params["group"]), max_blocks=3), label="shape")
+            w = draw(st.one_of(realistic_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32))),
+                               outlier_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32)))),
+                     label="w")
+            return Case({"w": w}, params)
+
+        return case()
+
+    return strategy
+
+
+def _int_dequant_examples(bits: int):
+    def strategy(supported):
+        @st.composite
+        def case(draw):
+            group = draw(st.sampled_from(list(supported["group"])), label="group")
+            shape = draw(block_shapes(block=int(group), max_blocks=2), label="shape")
+            n = (*shape[:-1], shape[-1] // int(group))
+            c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, (1 << bits) - 1)), label="codes")
+            sc = draw(hnp.arrays(np.float32, n, elements=st.floats(1e-6, 10, width=32)), label="scales")
+            z = draw(hnp.arrays(np.uint8, n, elements=st.integers(0, (1 << bits) - 1)), label="zeros")
+            return Case({"codes": c, "scales": sc, "zeros": z}, {"group": group})
+
+        return case()
+
+    return strategy
+
+
+_compare_int = partial(compare_parts, names=("codes", "scales", "zeros"),
+                       comparators=(compare_exact, partial(compare_values, fmt="float32"), compare_exact))
+
+
+def _int_ops(bits: int) -> list[Op]:
+    return [
+        Op(name=f"formats.int{bits}_group.quantize", kind=Kind.EXACT, oracle=_int_oracle(bits),
+           summary=f"float32 w [..., n] -> (INT{bits} codes, float32 scales, zero points) per group",
+           spec=f"{SPEC}#int-groups", variants=_INT_VARIANTS, vectors=partial(_int_vectors, bits),
+           examples=_int_examples(bits), compare=_compare_int, outputs=("codes", "scales", "zeros")),
+        Op(name=f"formats.int{bits}_group.dequantize", kind=Kind.EXACT, oracle=_int_dequant,
+           summary=f"(INT{bits} codes, scales, zeros) -> float32 weights", spec=f"{SPEC}#int-groups",
+           variants=(_INT_VARIANTS[1],), vectors=partial(_int_dequant_vectors, bits),
+           examples=_int_dequant_examples(bits), compare=compare_values),
+    ]
+
+
+_WORD_ORDER = Variant("order", intgroup.WORD_ORDERS, "gptq",
+                      "nibble order in an int32 word: sequential (GPTQ) or interleaved 0,2,4,6,1,3,5,7 (AWQ)")
+
+
+def _pack32_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.int4.pack_int32"))
+    specs = []
+    for order in intgroup.WORD_ORDERS:
+        p = {"order": order}
+        specs += [
+            VectorSpec(f"0..7 in one word shows the nibble order ({order})", ("WordOrder",),
+                       Case({"codes": np.arange(8, dtype=np.uint8)}, p)),
+            VectorSpec(f"codes with the top nibble set (sign of the int32 word) ({order})", ("WordOrder",),
+                       Case({"codes": np.array([15] * 8 + [0, 0, 0, 0, 0, 0, 0, 15], np.uint8)}, p)),
+            VectorSpec(f"random codes [4, 64] ({order})", ("WordOrder", "Random"),
+                       Case({"codes": rng.integers(0, 16, (4, 64)).astype(np.uint8)}, p)),
+            VectorSpec(f"a code above 15 is rejected ({order})", ("DirtyBits", "InvalidInput"),
+                       Case({"codes": np.array([16] + [0] * 7, np.uint8)}, p), "invalid"),
+        ]
+    return specs
+
+
+def _unpack32_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("formats.int4.unpack_int32"))
+    specs = []
+    for order in intgroup.WORD_ORDERS:
+        p = {"order": order}
+        specs += [
+            VectorSpec(f"words 0x76543210 and -1 ({order})", ("WordOrder",),
+                       Case({"words": np.array([0x76543210, -1], np.int32)}, p)),
+            VectorSpec(f"random words [3, 8] ({order})", ("WordOrder", "Random"),
+                       Case({"words": rng.integers(-2**31, 2**31, (3, 8)).astype(np.int32)}, p)),
+            VectorSpec(f"uint32 words are rejected ({order})", ("InvalidInput",),
+                       Case({"words": np.zeros(2, np.uint32)}, p), "invalid"),
+        ]
+    return specs
+
+
+def _pack32_examples(supported):
+    @st.composite
+    def case(draw):
+        shape = draw(block_shapes(block=8, max_blocks=4), label="shape")
+        c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 15)), label="codes")
+        return Case({"codes": c}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
+
+    return case()
+
+
+def _unpack32_examples(supported):
+    @st.composite
+    def case(draw):
+        w = draw(hnp.arrays(np.int32, small_shapes(max_dims=2, max_side=6)), label="words")
+        return Case({"words": w}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
+
+    return case()
+
+
+_LAYOUT_AND_INT_OPS = [
+    Op(name="formats.scales.to_blocked", kind=Kind.EXACT, oracle=layouts.to_blocked,
+       summary="scales [R, C] -> cuBLAS/CUTLASS 128x4 blocked layout (flat, zero padded)",
+       spec=f"{SPEC}#scale-layout", variants=(), vectors=_layout_vectors, examples=_layout_examples,
+       compare=compare_exact),
+    Op(name="formats.scales.from_blocked", kind=Kind.EXACT, oracle=_from_blocked,
+       summary="(blocked, rows, cols) -> scales [rows, cols]", spec=f"{SPEC}#scale-layout", variants=(),
+       vectors=_unblock_vectors, examples=_unblock_examples, compare=compare_exact),
+    Op(name="formats.int4.pack_int32", kind=Kind.EXACT, oracle=intgroup.pack_int32,
+       summary="INT4 codes [..., 8k] -> int32 words [..., k]", spec=f"{SPEC}#int-groups", variants=(_WORD_ORDER,),
+       vectors=_pack32_vectors, examples=_pack32_examples, compare=compare_exact),
+    Op(name="formats.int4.unpack_int32", kind=Kind.EXACT, oracle=intgroup.unpack_int32,
+       summary="int32 words [..., k] -> INT4 codes [..., 8k]", spec=f"{SPEC}#int-groups", variants=(_WORD_ORDER,),
+       vectors=_unpack32_vectors, examples=_unpack32_examples, compare=compare_exact),
+] + _int_ops(4) + _int_ops(8)
+
 _FP4 = FORMATS["float4_e2m1fn"]
 
 OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
@@ -988,4 +1229,4 @@ OPERATIONS = [op for f in FORMATS.values() for op in _element_ops(f)] + [
         compare=partial(compare_codes, fmt=_FP4.name),
         array_format=lambda name, arr: {"packed": "float4_e2m1fn_x2", "expected": "float4_e2m1fn"}.get(name),
     ),
-] + [op for elem in mx.MX_ELEMENTS for op in _mx_ops(elem)] + _NVFP4_OPS
+] + [op for elem in mx.MX_ELEMENTS for op in _mx_ops(elem)] + _NVFP4_OPS + _LAYOUT_AND_INT_OPS

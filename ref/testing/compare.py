@@ -18,7 +18,8 @@ from numpy.typing import ArrayLike
 from ref.formats.minifloat import FloatFormat, decode, get_format
 from ref.testing.ulp import bits_to_str, ulp_distance
 
-__all__ = ["Comparison", "Mismatch", "compare_block_codes", "compare_codes", "compare_exact", "compare_values"]
+__all__ = ["Comparison", "Mismatch", "compare_block_codes", "compare_codes", "compare_exact", "compare_parts",
+           "compare_values"]
 
 
 @dataclass(frozen=True)
@@ -208,3 +209,16 @@ def compare_block_codes(expected, actual, *, elem_fmt: str | None, scale_fmt: st
         got_codes = np.where(nan_elem, codes, got_codes)
     cmp = compare_codes(codes, got_codes, elem_fmt) if elem_fmt else compare_exact(codes, got_codes)
     return replace(cmp, part="codes")
+
+
+def compare_parts(expected, actual, *, names, comparators) -> Comparison:
+    """An op with several outputs: each compared by its own comparator, in order;
+    the first failing part is reported by name."""
+    if not isinstance(actual, tuple) or len(actual) != len(names):
+        return Comparison(False, 0, 0, np.inf, "", problem=f"expected a tuple of outputs {tuple(names)}")
+    last = None
+    for name, cmp_fn, e, a in zip(names, comparators, expected, actual):
+        last = replace(cmp_fn(e, a), part=name)
+        if not last.ok:
+            return last
+    return last

@@ -1,0 +1,121 @@
+"""Integer group codecs: weight-only INT4/INT8 with one scale (and a zero point) per
+group of `group` consecutive elements along the input (last) axis, and the int32
+packings GPTQ and AWQ checkpoints use.
+
+  asymmetric (GPTQ's and AWQ's min-max quantizer):
+      lo = min(min(w_g), 0), hi = max(max(w_g), 0)   (both 0: lo, hi = -1, +1)
+      scale = f32(f32(hi - lo) / (2^b - 1)),  zero = clamp(rne(f32(-lo / scale)), 0, 2^b - 1)
+      q = clamp(rne(f32(w / scale)) + zero, 0, 2^b - 1)
+  symmetric:
+      scale = f32(amax / (2^(b-1) - 1))   (amax 0: scale 1),   zero = 2^(b-1)
+      q = clamp(rne(f32(w / scale)), -2^(b-1), 2^(b-1) - 1) + zero
+  dequantize: w' = f32(scale * (q - zero))
+
+rne rounds half to even (torch.round, np.rint). Codes are unsigned (offset binary).
+
+References: Frantar et al., "GPTQ", arXiv:2210.17323; Lin et al., "AWQ",
+arXiv:2306.00978; AutoGPTQ and AutoAWQ packing code for the word layouts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["AWQ_ORDER", "GROUP_SIZES", "SCHEMES", "dequantize", "pack_int32", "quantize", "unpack_int32"]
+
+SCHEMES = ("asymmetric", "symmetric")
+GROUP_SIZES = (32, 64, 128)
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds element AWQ_ORDER[i] of its 8
+WORD_ORDERS = ("gptq", "awq")
+F32 = np.float32
+
+
+def _groups(w: NDArray, group: int, name: str) -> NDArray:
+    if group < 1:
+        raise ValueError(f"group: expected a positive group size, got {group}")
+    if w.ndim < 1 or w.shape[-1] % group:
+        raise ValueError(f"{name}: the last axis must be a multiple of group={group}, got shape {w.shape}")
+    return w.reshape(*w.shape[:-1], w.shape[-1] // group, group)
+
+
+def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "asymmetric"):
+    """w [..., n] float32/float16 -> (codes [..., n] uint8, scales [..., n/g] float32,
+    zeros [..., n/g] uint8)."""
+    if bits not in (4, 8):
+        raise ValueError(f"bits: expected 4 or 8, got {bits}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme: expected one of {SCHEMES}, got {scheme!r}")
+    w = np.asarray(w)
+    if w.dtype not in (np.float16, np.float32):
+        raise TypeError(f"w: expected float32 or float16, got {w.dtype}")
+    g = _groups(w.astype(np.float32), group, "w")  # [..., n/g, g]
+    if not np.isfinite(g).all():
+        raise ValueError("w: integer group codecs take finite weights (found NaN or Inf)")
+    qmax = (1 << bits) - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if scheme == "asymmetric":
+            lo = np.minimum(g.min(axis=-1, initial=0.0), F32(0))
+            hi = np.maximum(g.max(axis=-1, initial=0.0), F32(0))
+            empty = (lo == 0) & (hi == 0)
+            lo, hi = np.where(empty, F32(-1), lo), np.where(empty, F32(1), hi)
+            scale = ((hi - lo) / F32(qmax)).astype(np.float32)
+            zero = np.clip(np.rint(-lo / scale), 0, qmax)
+            q = np.clip(np.rint(g / scale[..., None]) + zero[..., None], 0, qmax)
+        else:
+            half = 1 << (bits - 1)
+            amax = np.abs(g).max(axis=-1, initial=0.0)
+            scale = np.where(amax > 0, amax / F32(half - 1), F32(1)).astype(np.float32)
+            zero = np.full(scale.shape, half, dtype=np.float32)
+            q = np.clip(np.rint(g / scale[..., None]), -half, half - 1) + half
+    return q.reshape(w.shape).astype(np.uint8), scale, zero.astype(np.uint8)
+
+
+def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, group: int = 128) -> NDArray[np.float32]:
+    """f32(scale * (q - zero)) per element: codes [..., n], scales and zeros [..., n/g]."""
+    codes, scales, zeros = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
+    if codes.dtype != np.uint8 or zeros.dtype != np.uint8 or scales.dtype != np.float32:
+        raise TypeError(f"codes, zeros: expected uint8 and scales float32, got {codes.dtype}, {zeros.dtype}, "
+                        f"{scales.dtype}")
+    g = _groups(codes, group, "codes")
+    if scales.shape != g.shape[:-1] or zeros.shape != g.shape[:-1]:
+        raise ValueError(f"scales, zeros: expected shape {g.shape[:-1]}, got {scales.shape} and {zeros.shape}")
+    diff = g.astype(np.float32) - zeros.astype(np.float32)[..., None]
+    return (scales[..., None] * diff).astype(np.float32).reshape(codes.shape)
+
+
+def pack_int32(codes: ArrayLike, *, order: str = "gptq") -> NDArray[np.int32]:
+    """Eight INT4 codes per int32 word along the last axis: [..., 8k] -> [..., k].
+
+    gptq: element i of each 8 in bits 4i..4i+3 (AutoGPTQ packs the input axis this way);
+    awq: nibble i holds element AWQ_ORDER[i] (AutoAWQ packs the output axis this way).
+    GPTQ v1 checkpoints store zero points minus one in the same layout: pack
+    (zeros - 1) % 16 yourself; the packing does not change.
+    """
+    if order not in WORD_ORDERS:
+        raise ValueError(f"order: expected one of {WORD_ORDERS}, got {order!r}")
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8:
+        raise TypeError(f"codes: expected uint8 INT4 codes, got {codes.dtype}")
+    if codes.ndim < 1 or codes.shape[-1] % 8:
+        raise ValueError(f"codes: the last axis must be a multiple of 8, got shape {codes.shape}")
+    if codes.size and int(codes.max()) > 15:
+        raise ValueError(f"codes: INT4 codes are 0..15, got {int(codes.max())}")
+    eights = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 8, 8).astype(np.uint32)
+    if order == "awq":
+        eights = eights[..., list(AWQ_ORDER)]
+    words = (eights << (4 * np.arange(8, dtype=np.uint32))).sum(axis=-1, dtype=np.uint32)
+    return words.view(np.int32)
+
+
+def unpack_int32(words: ArrayLike, *, order: str = "gptq") -> NDArray[np.uint8]:
+    """The inverse of `pack_int32`: int32 words [..., k] -> INT4 codes [..., 8k]."""
+    if order not in WORD_ORDERS:
+        raise ValueError(f"order: expected one of {WORD_ORDERS}, got {order!r}")
+    words = np.asarray(words)
+    if words.dtype != np.int32:
+        raise TypeError(f"words: expected int32, got {words.dtype}")
+    nibbles = (words.view(np.uint32)[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF  # [..., k, 8]
+    if order == "awq":
+        nibbles = nibbles[..., list(np.argsort(AWQ_ORDER))]
+    return nibbles.reshape(*words.shape[:-1], 8 * words.shape[-1]).astype(np.uint8)

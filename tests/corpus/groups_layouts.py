@@ -1,0 +1,107 @@
+"""Independent scale layouts (tile reshapes, no offset formula), integer group codecs
+(a loop over groups with float32 scalars) and int32 packing (Python integers), with
+the bugs the corpus needs switched on by name."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ref.conformance.implementation import Implementation
+
+F = np.float32
+AWQ = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def to_blocked(scales, bugs=()):
+    scales = np.asarray(scales)
+    if scales.ndim != 2:
+        raise ValueError("scales: 2-D")
+    rows, cols = scales.shape
+    rp, cp = -(-rows // 128) * 128, -(-cols // 4) * 4
+    padded = np.zeros((rp, cp), scales.dtype)
+    padded[:rows, :cols] = scales
+    tiles = padded.reshape(rp // 128, 128, cp // 4, 4).transpose(0, 2, 1, 3)  # [tr, tc, 128, 4]
+    inner = tiles.reshape(*tiles.shape[:2], 4, 32, 4)  # row = 32 i + j -> [i, j, c]
+    if "transposed" not in bugs:
+        inner = inner.transpose(0, 1, 3, 2, 4)  # [j, i, c]: rows r, r+32, r+64, r+96 share a line
+    return inner.reshape(-1)
+
+
+def quantize_groups(w, bits, group, scheme, bugs=()):
+    w = np.asarray(w)
+    if w.dtype not in (np.float32, np.float16) or not np.isfinite(w).all():
+        raise ValueError("w: finite float32 or float16")
+    w = w.astype(F)
+    rows = w.reshape(-1, w.shape[-1])
+    ng = rows.shape[1] // group
+    codes = np.zeros(rows.shape, np.uint8)
+    scales = np.zeros((rows.shape[0], ng), F)
+    zeros = np.zeros((rows.shape[0], ng), np.uint8)
+    qmax = (1 << bits) - 1
+    for r in range(rows.shape[0]):
+        for k in range(ng):
+            g = rows[r, k * group:(k + 1) * group]
+            if scheme == "asymmetric":
+                lo, hi = min(F(g.min()), F(0)), max(F(g.max()), F(0))
+                if lo == 0 and hi == 0:
+                    lo, hi = F(-1), F(1)
+                scale = F(F(hi - lo) / F(qmax))
+                zero = min(max(np.rint(F(-lo / scale)), 0), qmax)
+                if "zero_minus_one" in bugs:
+                    zero = max(zero - 1, 0)
+                q = np.clip(np.rint(g / scale) + zero, 0, qmax)
+            else:
+                half = 1 << (bits - 1)
+                amax = F(np.abs(g).max())
+                scale = F(amax / F(half - 1)) if amax > 0 else F(1)
+                zero = half
+                q = np.clip(np.rint(g / scale), -half, half - 1) + half
+            codes[r, k * group:(k + 1) * group] = q
+            scales[r, k], zeros[r, k] = scale, zero
+    out = (*w.shape[:-1], ng)
+    return codes.reshape(w.shape), scales.reshape(out), zeros.reshape(out)
+
+
+def pack_int32(codes, order="gptq", bugs=()):
+    codes = np.asarray(codes)
+    if codes.dtype != np.uint8 or codes.shape[-1] % 8 or (codes.size and codes.max() > 15):
+        raise ValueError("codes: uint8 0..15, last axis a multiple of 8")
+    flat = codes.reshape(-1, 8)
+    use_awq = (order == "awq") != ("swap_order" in bugs)
+    words = []
+    for eight in flat.tolist():
+        word = 0
+        for i in range(8):
+            word |= eight[AWQ[i] if use_awq else i] << (4 * i)
+        words.append(word - (1 << 32) if word >= 1 << 31 else word)
+    return np.array(words, dtype=np.int32).reshape(*codes.shape[:-1], codes.shape[-1] // 8)
+
+
+def _impl(name, ops, variants):
+    return Implementation(name, ops, variants=variants)
+
+
+def correct():
+    ops = {"formats.scales.to_blocked": to_blocked, "formats.int4.pack_int32": pack_int32}
+    variants = {"formats.int4.pack_int32": {"order": ["gptq", "awq"]}}
+    for bits in (4, 8):
+        ops[f"formats.int{bits}_group.quantize"] = (
+            lambda w, scheme, group, b=bits: quantize_groups(w, b, int(group), scheme))
+        variants[f"formats.int{bits}_group.quantize"] = {"scheme": ["asymmetric", "symmetric"],
+                                                         "group": ["128", "64", "32"]}
+    return _impl("loops and tile reshapes", ops, variants)
+
+
+# name -> (implementation, flag of a vector that must catch it)
+GROUP_LAYOUT_BUGS = {
+    "128x4 layout with the 32-row interleave transposed": (
+        _impl("layout transposed", {"formats.scales.to_blocked": lambda scales: to_blocked(scales, ("transposed",))},
+              {}), "LayoutTranspose"),
+    "zero point off by one": (
+        _impl("zero - 1", {"formats.int4_group.quantize":
+                           lambda w, scheme, group: quantize_groups(w, 4, int(group), scheme, ("zero_minus_one",))},
+              {}), "Random"),
+    "AWQ nibble order where GPTQ's is declared": (
+        _impl("word order", {"formats.int4.pack_int32": lambda codes, order: pack_int32(codes, order, ("swap_order",))},
+              {}), "WordOrder"),
+}

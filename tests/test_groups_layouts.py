@@ -1,0 +1,93 @@
+"""Scale layouts and integer group codecs against independent implementations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corpus import groups_layouts as gl
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ref.conformance.runner import run
+from ref.formats import intgroup, layouts
+
+
+@given(rows=st.integers(0, 400), cols=st.integers(1, 20), seed=st.integers(0, 2**32 - 1))
+def test_blocked_layout_matches_tile_reshapes_and_inverts(rows, cols, seed):
+    s = np.random.default_rng(seed).integers(0, 256, (rows, cols)).astype(np.uint8)
+    b = layouts.to_blocked(s)
+    assert np.array_equal(b, gl.to_blocked(s))
+    assert np.array_equal(layouts.from_blocked(b, rows, cols), s)
+    offsets = layouts.blocked_offsets(rows, cols)
+    assert len(np.unique(offsets)) == offsets.size  # a permutation into the padded buffer
+
+
+def test_blocked_layout_example():
+    s = np.arange(8, dtype=np.uint8).reshape(2, 4)  # rows 0, 1 of the first tile
+    b = layouts.to_blocked(s)
+    assert b.size == 512 and b[:4].tolist() == [0, 1, 2, 3] and b[16:20].tolist() == [4, 5, 6, 7]
+    s = np.zeros((33, 1), np.uint8)
+    s[32, 0] = 9  # row 32 shares row 0's line, in its second group of four
+    assert layouts.to_blocked(s)[4] == 9
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("scheme", intgroup.SCHEMES)
+@pytest.mark.parametrize("group", intgroup.GROUP_SIZES)
+def test_group_codec_matches_the_loop(bits, scheme, group):
+    rng = np.random.default_rng(bits * group)
+    w = (rng.standard_normal((6, 256)) * rng.choice([1e-3, 0.02, 3.0], (6, 1))).astype(np.float32)
+    w[1] = np.abs(w[1])
+    w[2, :group] = 0
+    ours = intgroup.quantize(w, bits=bits, group=group, scheme=scheme)
+    theirs = gl.quantize_groups(w, bits, group, scheme)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    back = intgroup.dequantize(*ours, group=group)
+    step = np.repeat(ours[1], group, axis=-1)
+    assert (np.abs(back - w) <= step * 0.5 * (1 + 1e-6) + 1e-30).all() or scheme == "symmetric"
+
+
+@given(codes=st.lists(st.integers(0, 15), min_size=8, max_size=8 * 6).map(
+    lambda v: np.array(v[: len(v) // 8 * 8], np.uint8)), order=st.sampled_from(["gptq", "awq"]))
+def test_int32_packing_matches_python_ints_and_inverts(codes, order):
+    words = intgroup.pack_int32(codes, order=order)
+    assert np.array_equal(words, gl.pack_int32(codes, order))
+    assert np.array_equal(intgroup.unpack_int32(words, order=order), codes)
+
+
+def test_word_orders():
+    w = intgroup.pack_int32(np.arange(8, dtype=np.uint8), order="gptq")
+    assert int(w[0]) == 0x76543210
+    a = intgroup.pack_int32(np.arange(8, dtype=np.uint8), order="awq")
+    assert int(a[0]) == 0x75316420  # nibbles hold elements 0, 2, 4, 6, 1, 3, 5, 7
+
+
+@pytest.mark.parametrize("call, error, word", [
+    (lambda: layouts.to_blocked(np.zeros(4, np.uint8)), ValueError, "2-D"),
+    (lambda: layouts.from_blocked(np.zeros(10, np.uint8), 128, 4), ValueError, "512"),
+    (lambda: intgroup.quantize(np.ones((1, 100), np.float32), group=64), ValueError, "multiple"),
+    (lambda: intgroup.quantize(np.ones((1, 128), np.float32), bits=3), ValueError, "bits"),
+    (lambda: intgroup.quantize(np.ones((1, 128), np.float32), scheme="minmax"), ValueError, "scheme"),
+    (lambda: intgroup.quantize(np.ones((1, 128))), TypeError, "float64"),
+    (lambda: intgroup.pack_int32(np.zeros(7, np.uint8)), ValueError, "multiple of 8"),
+    (lambda: intgroup.pack_int32(np.zeros(8, np.uint8), order="exllama"), ValueError, "order"),
+    (lambda: intgroup.unpack_int32(np.zeros(2, np.uint32)), TypeError, "int32"),
+])
+def test_errors(call, error, word):
+    with pytest.raises(error, match=word):
+        call()
+
+
+def test_independent_implementations_pass_the_suite():
+    report = run(gl.correct(), examples=10, shrink=False)
+    covered = [r for r in report.ops if r.verdict != "not covered"]
+    assert len(covered) == 4 and report.ok, report.details()
+
+
+@pytest.mark.parametrize("name", list(gl.GROUP_LAYOUT_BUGS))
+def test_bug_is_rejected(name):
+    impl, flag = gl.GROUP_LAYOUT_BUGS[name]
+    report = run(impl, examples=0)
+    failures = [f for r in report.ops for f in r.failures]
+    assert not report.ok and any(flag in f.flags for f in failures), [f.flags for f in failures]
