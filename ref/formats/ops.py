@@ -833,6 +833,31 @@ def _at_scale_ties(recipe: nvfp4.Recipe, amax: float, count: int = 40) -> np.nda
     return cand[near][:count].astype(np.float32)
 
 
+def _element_ties(recipe: nvfp4.Recipe, amax: float, rng) -> np.ndarray:
+    """Rows [block max, 15 elements] where each element, scaled in the recipe's order
+    (x * r, or x / d for torchao), lands within 2 float32 ulps of an E2M1 tie: a
+    reciprocal where the recipe divides (or the reverse) flips some of them."""
+    g = nvfp4._global(np.float32(amax), recipe)
+    rows = [np.array([amax] + [0.0] * 15, np.float32)]
+    ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], np.float32)
+    for bamax in rng.uniform(1.0, 90.0, 12).astype(np.float32):
+        _, m = nvfp4._scales_and_multipliers(np.array([bamax], np.float32), g, recipe)
+        m = m[0]
+        div = recipe is nvfp4.Recipe.TORCHAO
+        centre = (ties * m if div else ties / m).astype(np.float32)
+        cand = (centre.view(np.int32)[:, None] + np.arange(-3, 4)).astype(np.int32).view(np.float32).ravel()
+        with np.errstate(all="ignore"):
+            scaled = cand / m if div else cand * m
+        near = np.abs(scaled - np.repeat(ties, 7)) <= 2 * np.spacing(np.repeat(ties, 7))
+        pick = cand[near & (cand < bamax)]
+        if pick.size:
+            row = np.zeros(16, np.float32)
+            row[0] = bamax
+            row[1:] = np.resize(pick, 15) * rng.choice([-1, 1], 15).astype(np.float32)
+            rows.append(row)
+    return np.stack(rows)
+
+
 def _nvfp4_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("formats.nvfp4.quantize"))
     specs = []
@@ -883,6 +908,9 @@ def _nvfp4_vectors() -> list[VectorSpec]:
             rows[1:, 1:] = rng.uniform(-1, 1, (bam.size, 15)).astype(np.float32) * bam[:, None]
             add(f"{r.value}: block scale products within 2 float32 ulps of an E4M3 tie (global amax {amax:g})",
                 ["RecipeOrder", "E4M3Rounding"], rows, recipe=r.value)
+    for r in nvfp4.Recipe:
+        add(f"{r.value}: elements whose scaled value lies within 2 float32 ulps of an E2M1 tie",
+            ["RecipeOrder", "TiesToEven"], _element_ties(r, 100.0, rng), recipe=r.value)
     add("empty input", ["EmptyInput"], np.zeros((0, 16)))
     specs.append(VectorSpec("a last axis that is not a multiple of 16 is rejected", ("InvalidInput",),
                             Case({"x": np.ones((2, 24), np.float32)}), "invalid"))

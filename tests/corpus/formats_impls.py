@@ -138,6 +138,11 @@ NVFP4_BUGS = {
     "TE block scale with amax * g / 6 instead of amax * (g * (1/6))": (("no_recip_six",),
                                                                         _one_recipe("transformer_engine"),
                                                                         "RecipeOrder"),
+    "torchao multiplies by the reciprocal instead of dividing": (("reciprocal",), _one_recipe("torchao"),
+                                                                  "TiesToEven"),
+    "torchao without the 2^-6 block-scale floor": (("no_clamp",), _one_recipe("torchao"), "ScaleClamp"),
+    "TransformerEngine with torchao's 2^-6 floor": (("clamp_2m6",), _one_recipe("transformer_engine"),
+                                                    "ScaleClamp"),
     "vLLM claimed, TransformerEngine's order computed": ((), {"formats.nvfp4.quantize": {"recipe": ["vllm"]}},
                                                          "RecipeOrder"),
 }

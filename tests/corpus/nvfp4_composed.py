@@ -30,16 +30,20 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
         if recipe == "torchao":
             p = amax / F(2688)
             g = p if (p > 0 and np.isfinite(p)) else F(1)
-            s = np.clip((b / F(6)) / g, F(2.0**-6), F(448))
+            s = (b / F(6)) / g
+            s = np.clip(s, F(2.0**-6), F(448)) if "no_clamp" not in bugs else np.minimum(s, F(448))
             sb = _e4m3(s)
-            q = x.reshape(*b.shape, 16) / (g * sb.astype(F))[..., None]
+            d = (g * sb.astype(F))[..., None]
+            blocks = x.reshape(*b.shape, 16)
+            q = blocks * (F(1) / d) if "reciprocal" in bugs else blocks / d
         else:
             g = F(2688) / amax
             g = min(g, np.finfo(F).max)
             g = g if (amax > 0 and g > 0 and np.isfinite(amax)) else F(1)
             if recipe == "transformer_engine":
                 t = g * F(1 / 6) if "no_recip_six" not in bugs else g / F(6)
-                sb = _e4m3(b * t) if "no_e4m3" not in bugs else (b * t)
+                t_b = b * t if "clamp_2m6" not in bugs else np.maximum(b * t, F(2.0**-6))
+                sb = _e4m3(t_b) if "no_e4m3" not in bugs else t_b
                 sbf = sb.astype(F)
                 r = np.minimum(F(1) / (sbf * (F(1) / g)), np.finfo(F).max)
             else:
