@@ -173,8 +173,10 @@ class _Judge:
 
     def accepts(self, case: Case) -> bool:
         """Whether every input has a dtype the implementation declares it takes."""
-        return all(str(np.asarray(arr).dtype) in self.dtypes.get(name, (str(np.asarray(arr).dtype),))
-                   for name, arr in case.inputs.items())
+        def native(arr) -> str:  # a big-endian float32 is still a float32
+            return str(np.asarray(arr).dtype.newbyteorder("="))
+
+        return all(native(arr) in self.dtypes.get(name, (native(arr),)) for name, arr in case.inputs.items())
 
     def call(self, case: Case, layout: str = "C") -> np.ndarray:
         """Call the candidate on copies of the inputs laid out in memory as `layout`
@@ -219,7 +221,7 @@ class _Judge:
             self.report.worst = max(self.report.worst, cmp.worst)
 
 
-LAYOUTS = ("C", "F", "strided")
+LAYOUTS = ("C", "strided", "negative", "F", "row_pitch")
 
 
 class InputModified(Exception):
@@ -227,22 +229,32 @@ class InputModified(Exception):
 
 
 def _lay_out(a: np.ndarray, layout: str) -> np.ndarray:
-    """A copy of `a` with the same values in another memory layout: C order, Fortran
-    order, or a view whose last axis has stride 2 (a kernel reading raw memory must
-    follow the strides)."""
-    if layout == "F" and a.ndim >= 2:
-        return np.asfortranarray(a.copy())
-    if layout == "strided" and a.ndim >= 1:
+    """A copy of `a` with the same values in another memory layout: C order; a view
+    whose last axis has stride 2; one whose last axis runs backwards; Fortran order;
+    rows with a pitch wider than the row. Every layout but C is read-only, so a
+    kernel that scribbles on its inputs fails there even if it restores them."""
+    if layout == "C" or a.ndim == 0:
+        return np.array(a, copy=True, order="C")
+    if layout == "strided":
         buf = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), dtype=a.dtype)
         buf[..., ::2] = a
-        return buf[..., ::2]
-    return np.array(a, copy=True, order="C")
+        view = buf[..., ::2]
+    elif layout == "negative":
+        view = np.ascontiguousarray(a[..., ::-1])[..., ::-1]
+    elif layout == "F":
+        view = np.asfortranarray(a.copy())
+    else:  # row_pitch
+        buf = np.zeros((*a.shape[:-1], a.shape[-1] + 3), dtype=a.dtype)
+        buf[..., : a.shape[-1]] = a
+        view = buf[..., : a.shape[-1]]
+    view.flags.writeable = False
+    return view
 
 
 def _layouts(case: Case) -> tuple[str, ...]:
     """The layouts worth trying for a case: C always; others where they differ."""
     ndim = max((np.ndim(a) for a in case.inputs.values()), default=0)
-    return ("C",) + (("strided",) if ndim >= 1 else ()) + (("F",) if ndim >= 2 else ())
+    return ("C",) + (("strided", "negative") if ndim >= 1 else ()) + (("F", "row_pitch") if ndim >= 2 else ())
 
 
 def _short(exc: BaseException) -> str:
@@ -290,6 +302,7 @@ def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None
 
 
 def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfails, skips):
+    held = None  # the last output returned, to catch implementations that reuse its memory
     for v in vectors:
         part = str(v.id)
         if any(e.matches(judge.op.name, part, v.flags) for e in skips):
@@ -302,32 +315,45 @@ def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfa
         report.vectors_run += 1
         failure = None
         for i, (case, expected) in enumerate(runs):
-            failure = _check_vector(judge, v, case, expected, layouts=i == 0)
+            failure, output = _check_vector(judge, v, case, expected, layouts=i == 0)
             if failure:
                 break
+            if held is not None and _snapshot(held[1]) != held[2]:
+                failure = Failure(f"vector {held[0].id}", held[0].comment, held[0].flags, {},
+                                  f"its output changed while vector {v.id} ran (results share a buffer)")
+                break
+            held = (v, output, _snapshot(output)) if output is not None else held
         _settle(report, failure, judge.op.name, part, xfails, v.flags)
 
 
-def _check_vector(judge: _Judge, v: Vector, case: Case, expected, *, layouts: bool = True) -> Failure | None:
+def _check_vector(judge: _Judge, v: Vector, case: Case, expected, *, layouts: bool = True):
+    """(failure or None, the first output) of one vector under one set of params."""
     where = f"vector {v.id}"
     if v.result == "invalid":
         try:
             judge.call(case)
         except Exception:  # any rejection counts: the input must not be processed
-            return None
-        return Failure(where, v.comment, v.flags, dict(case.params), "accepted an input the spec says is invalid")
+            return None, None
+        return Failure(where, v.comment, v.flags, dict(case.params), "accepted an input the spec says is invalid"), None
+    first = None
     for layout in _layouts(case) if layouts else ("C",):
         label = "" if layout == "C" else f" (inputs in {layout} layout)"
         try:
             actual = judge.call(case, layout)
         except Exception as exc:  # a crash on a valid input is a failure, reported as such
-            return Failure(where, v.comment + label, v.flags, dict(case.params), f"raised {_short(exc)}")
+            return Failure(where, v.comment + label, v.flags, dict(case.params), f"raised {_short(exc)}"), None
         cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
         if note:
             judge.report.acceptable.append(f"{where}: {note}")
         if not cmp.ok:
-            return Failure(where, v.comment + label, v.flags, dict(case.params), cmp.describe())
-    return None
+            return Failure(where, v.comment + label, v.flags, dict(case.params), cmp.describe()), None
+        first = actual if first is None else first
+    return None, first
+
+
+def _snapshot(out) -> bytes:
+    arrays = out if isinstance(out, tuple) else (out,)
+    return b"".join(np.asarray(a).tobytes() for a in arrays)
 
 
 def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfails: Sequence[Entry],

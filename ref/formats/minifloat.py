@@ -299,6 +299,8 @@ def _enum(value, cls, name):
 
 def _check_source(x: ArrayLike) -> NDArray:
     x = np.asarray(x)
+    if x.dtype.kind == "f" and not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))  # the same values in native byte order
     if x.dtype not in _SOURCES:
         raise TypeError(f"x: expected a float16, float32 or float64 array, got dtype {x.dtype}")
     return x

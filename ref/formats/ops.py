@@ -291,6 +291,8 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
     f16_edges = np.concatenate(list(edge_values(f, np.float16).values()))
     v.add("float16 edge values: ties, neighbours, subnormals, specials", ["Float16Input", "TiesToEven"],
           f16_edges, dtype=np.float16)
+    v.add("big-endian float32 input: the same values, another byte order", ["Random"],
+          rand[:32].astype(">f4"), dtype=np.dtype(">f4"))
     v.add("empty input gives empty codes", ["EmptyInput"], np.zeros((2, 0)))
     v.add("a 0-d input gives a 0-d code", ["EmptyInput"], np.float32(np.median(values[values > 0]) * 1.01))
     nan32 = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FA00000, 0x7FFFFFFF, 0x7FC00001],
@@ -580,6 +582,8 @@ def _pack_vectors() -> list[VectorSpec]:
                        Case({"codes": np.zeros(3, dtype=np.uint8)}, p), "invalid"),
             VectorSpec(f"a code above 15 is rejected ({order})", ("DirtyBits", "InvalidInput"),
                        Case({"codes": np.array([0x10, 0x01], dtype=np.uint8)}, p), "invalid"),
+            VectorSpec(f"int64 codes are rejected, not narrowed (257 is not 1) ({order})", ("InvalidInput",),
+                       Case({"codes": np.array([257, 14], dtype=np.int64)}, p), "invalid"),
         ]
     return specs
 

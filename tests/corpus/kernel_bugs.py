@@ -119,6 +119,42 @@ def rbits_casting_encode(x, rbits=None, **params):
     return encode(x, "float8_e4m3fn", rbits=rbits, **params)
 
 
+def row_pitch_encode(x, **params):
+    """Follows the last axis' stride but assumes rows are packed back to back."""
+    x = np.asarray(x)
+    if x.ndim >= 2 and not x.flags.c_contiguous and not x.flags.f_contiguous:
+        step = x.strides[-1] // x.itemsize
+        base = np.lib.stride_tricks.as_strided(x, shape=(x.size,), strides=(x.strides[-1],))
+        x = base[: x.size].reshape(x.shape) if step == 1 else x
+    return encode(x, "float8_e4m3fn", **params)
+
+
+_WORKSPACE = np.zeros(1 << 16, np.uint8)
+
+
+def workspace_encode(x, **params):
+    """Writes into one module-level buffer and returns a view: the next call overwrites it."""
+    out = encode(x, "float8_e4m3fn", **params)
+    view = _WORKSPACE[: out.size].reshape(out.shape)
+    view[...] = out
+    return view
+
+
+def scratch_input_encode(x, **params):
+    """Clears the sign bits of x in place as scratch, restores them afterwards."""
+    bits = np.asarray(x).view(np.uint32) if np.asarray(x).dtype == np.float32 else None
+    if bits is not None:
+        signs = bits & np.uint32(0x80000000)
+        bits &= np.uint32(0x7FFFFFFF)
+        bits |= signs
+    return encode(x, "float8_e4m3fn", **params)
+
+
+def narrowing_pack(codes, order="low_first"):
+    """Casts to uint8 before validating: 257 becomes 1."""
+    return pack_fp4(np.asarray(codes).astype(np.uint8), order=order)
+
+
 def pack_without_size_check(codes, order="low_first"):
     if int(np.asarray(codes).max()) > 15:  # crashes on an empty batch
         raise ValueError("code above 15")
@@ -131,6 +167,11 @@ _E4 = "formats.float8_e4m3fn.encode"
 KERNEL_BUGS = {
     "launch grid capped at 65535 x 256": (_impl("grid cap", {_E4: grid_capped_encode}), "large"),
     "tail launches get the default options": (_impl("tail defaults", {_E4: tail_default_encode}), "large"),
+    "rows assumed packed back to back": (_impl("row pitch", {_E4: row_pitch_encode}), "layout"),
+    "results returned in a shared workspace": (_impl("workspace", {_E4: workspace_encode}), "shared"),
+    "input used as scratch and restored": (_impl("scratch", {_E4: scratch_input_encode}), "layout"),
+    "pack narrows its input before validating": (
+        _impl("narrowing pack", {"formats.float4_e2m1fn.pack": narrowing_pack}), "InvalidInput"),
     "raw-memory walk ignores strides": (_impl("raw memory", {"formats.float8_e5m2.encode": raw_memory_encode}),
                                          "layout"),
     "input clipped in place": (_impl("in place", {_E4: in_place_clip_encode}), "in place"),

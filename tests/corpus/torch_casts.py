@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ref.conformance.adapters import as_native
+
 NAME = "torch casts"
 VERSION = torch.__version__
 
@@ -32,7 +34,7 @@ def _encoder(dtype):
     def encode(x, **variant):
         if x.dtype.kind != "f":
             raise TypeError(f"x: expected floats, got {x.dtype}")
-        return torch.from_numpy(np.array(x, order="C")).to(dtype).view(bits).numpy()
+        return torch.from_numpy(as_native(x)).to(dtype).view(bits).numpy()
 
     return encode
 
@@ -43,7 +45,7 @@ def _decoder(dtype):
     def decode(codes):
         if codes.dtype != np.dtype(f"uint{8 * dtype.itemsize}"):
             raise TypeError(f"codes: expected uint{8 * dtype.itemsize}, got {codes.dtype}")
-        return torch.from_numpy(np.array(codes, order="C")).view(bits).view(dtype).float().numpy()
+        return torch.from_numpy(as_native(codes)).view(bits).view(dtype).float().numpy()
 
     return decode
 

@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_numpy", "wrap"]
+__all__ = ["as_native", "as_numpy", "wrap"]
+
+
+def as_native(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy in native byte order, 0-d kept 0-d: what torch.from_numpy and
+    DLPack accept (they refuse negative strides and non-native byte order)."""
+    a = np.asarray(a)
+    return a.astype(a.dtype.newbyteorder("="), order="C", copy=True)
 
 
 def as_numpy(x: Any) -> np.ndarray:
@@ -45,13 +52,13 @@ def wrap(kernel: Callable[..., Any], from_dlpack: Callable[[Any], Any], *,
     """Turn `kernel(*tensors, **params)` into a catalog callable over NumPy arrays.
 
     Array keyword arguments go through `from_dlpack` (e.g. torch.from_dlpack) in
-    order; keyword arguments named in `params` are passed through; the others
+    order, as native, C-contiguous copies; keyword arguments named in `params` are passed through; the others
     (variant parameters the kernel does not take) are dropped. The result comes
     back through `as_numpy`.
     """
 
     def call(**kwargs: Any) -> np.ndarray:
-        arrays = [from_dlpack(np.array(v, order="C")) for v in kwargs.values() if isinstance(v, np.ndarray)]
+        arrays = [from_dlpack(as_native(v)) for v in kwargs.values() if isinstance(v, np.ndarray)]
         kept = {k: v for k, v in kwargs.items() if k in params}
         return as_numpy(kernel(*arrays, **kept))
 

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ref.formats import encode, mx, nvfp4
+from ref.formats.fakequant import block_max_error, fake_quantize, saturation_fraction, sqnr_db
+
+
+def test_fake_quantize_is_dequantize_of_quantize():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    assert np.array_equal(fake_quantize(x, "mx", elem="float4_e2m1fn"),
+                          mx.dequantize(*mx.quantize(x, "float4_e2m1fn"), "float4_e2m1fn"))
+    assert np.array_equal(fake_quantize(x, "nvfp4", recipe="torchao"),
+                          nvfp4.dequantize(*nvfp4.quantize(x, recipe="torchao"), recipe="torchao"))
+    y = fake_quantize(x, "element", fmt="bfloat16")
+    assert np.abs(y - x).max() <= np.abs(x).max() * 2.0**-8
+
+
+def test_sqnr_orders_the_formats_as_their_bits_do():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    s4 = sqnr_db(x, fake_quantize(x, "mx", elem="float4_e2m1fn"))
+    s8 = sqnr_db(x, fake_quantize(x, "mx", elem="float8_e4m3fn"))
+    nv = sqnr_db(x, fake_quantize(x, "nvfp4"))
+    assert 10 < s4 < nv < s8  # NVFP4's finer blocks beat MXFP4; FP8 beats both
+    assert sqnr_db(x, x) == np.inf
+
+
+def test_block_errors_and_saturation():
+    x = np.array([[1.0] * 16 + [2.0] * 16], np.float32)
+    y = x.copy()
+    y[0, 20] += 0.5
+    assert block_max_error(x, y, block=16).tolist() == [[0.0, 0.5]]
+    codes = encode(np.float32([1000, -1000, 1, 0]), "float8_e4m3fn")
+    assert saturation_fraction(codes, "float8_e4m3fn") == 0.5
+
+
+@pytest.mark.parametrize("call, error, word", [
+    (lambda: sqnr_db(np.ones(3), np.ones(2)), ValueError, "shape"),
+    (lambda: sqnr_db(np.ones(3), np.array([1, np.nan, 1])), ValueError, "finite"),
+    (lambda: block_max_error(np.ones(10), np.ones(10), block=4), ValueError, "multiple"),
+    (lambda: saturation_fraction(np.zeros(3, np.int32), "float8_e4m3fn"), TypeError, "uint8"),
+    (lambda: fake_quantize(np.ones(4), "int3"), ValueError, "codec"),
+])
+def test_errors(call, error, word):
+    with pytest.raises(error, match=word):
+        call()
