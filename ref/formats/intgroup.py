@@ -11,6 +11,10 @@ packings GPTQ and AWQ checkpoints use.
       q = clamp(rne(f32(w / scale)), -2^(b-1), 2^(b-1) - 1) + zero
   dequantize: w' = f32(scale * (q - zero))
 
+Zero points are returned as they are (`zero_storage="exact"`, GPTQ v2, AWQ) or as
+GPTQ v1 checkpoints store them, minus one modulo 2^b (`"gptq_v1"`; its loader adds
+the one back, and a zero point of 0 wraps to 2^b - 1).
+
 rne rounds half to even (torch.round, np.rint). Codes are unsigned (offset binary).
 
 References: Frantar et al., "GPTQ", arXiv:2210.17323; Lin et al., "AWQ",
@@ -22,9 +26,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["AWQ_ORDER", "GROUP_SIZES", "SCHEMES", "dequantize", "pack_int32", "quantize", "unpack_int32"]
+__all__ = ["AWQ_ORDER", "GROUP_SIZES", "SCHEMES", "ZERO_STORAGE", "dequantize", "pack_int32", "quantize",
+           "unpack_int32"]
 
 SCHEMES = ("asymmetric", "symmetric")
+ZERO_STORAGE = ("exact", "gptq_v1")
 GROUP_SIZES = (32, 64, 128)
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds element AWQ_ORDER[i] of its 8
 WORD_ORDERS = ("gptq", "awq")
@@ -39,9 +45,16 @@ def _groups(w: NDArray, group: int, name: str) -> NDArray:
     return w.reshape(*w.shape[:-1], w.shape[-1] // group, group)
 
 
-def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "asymmetric"):
+def _check_storage(zero_storage: str) -> None:
+    if zero_storage not in ZERO_STORAGE:
+        raise ValueError(f"zero_storage: expected one of {ZERO_STORAGE}, got {zero_storage!r}")
+
+
+def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "asymmetric",
+             zero_storage: str = "exact"):
     """w [..., n] float32/float16 -> (codes [..., n] uint8, scales [..., n/g] float32,
-    zeros [..., n/g] uint8)."""
+    zeros [..., n/g] uint8, stored as `zero_storage` says)."""
+    _check_storage(zero_storage)
     if bits not in (4, 8):
         raise ValueError(f"bits: expected 4 or 8, got {bits}")
     if scheme not in SCHEMES:
@@ -68,11 +81,16 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "as
             scale = np.where(amax > 0, amax / F32(half - 1), F32(1)).astype(np.float32)
             zero = np.full(scale.shape, half, dtype=np.float32)
             q = np.clip(np.rint(g / scale[..., None]), -half, half - 1) + half
+    if zero_storage == "gptq_v1":
+        zero = (zero - 1) % (qmax + 1)
     return q.reshape(w.shape).astype(np.uint8), scale, zero.astype(np.uint8)
 
 
-def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, group: int = 128) -> NDArray[np.float32]:
-    """f32(scale * (q - zero)) per element: codes [..., n], scales and zeros [..., n/g]."""
+def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, group: int = 128, bits: int = 4,
+               zero_storage: str = "exact") -> NDArray[np.float32]:
+    """f32(scale * (q - zero)) per element: codes [..., n], scales and zeros [..., n/g]
+    (GPTQ v1 zeros get their one back, modulo 2^bits)."""
+    _check_storage(zero_storage)
     codes, scales, zeros = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
     if codes.dtype != np.uint8 or zeros.dtype != np.uint8 or scales.dtype != np.float32:
         raise TypeError(f"codes, zeros: expected uint8 and scales float32, got {codes.dtype}, {zeros.dtype}, "
@@ -80,7 +98,10 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, group: 
     g = _groups(codes, group, "codes")
     if scales.shape != g.shape[:-1] or zeros.shape != g.shape[:-1]:
         raise ValueError(f"scales, zeros: expected shape {g.shape[:-1]}, got {scales.shape} and {zeros.shape}")
-    diff = g.astype(np.float32) - zeros.astype(np.float32)[..., None]
+    zero = zeros.astype(np.int64)
+    if zero_storage == "gptq_v1":
+        zero = (zero + 1) % (1 << bits)
+    diff = g.astype(np.float32) - zero.astype(np.float32)[..., None]
     return (scales[..., None] * diff).astype(np.float32).reshape(codes.shape)
 
 

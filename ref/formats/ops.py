@@ -1059,18 +1059,23 @@ _INT_VARIANTS = (
             "asymmetric min-max with a zero point (GPTQ, AWQ) or symmetric amax / (2^(b-1) - 1)"),
     Variant("group", tuple(str(g) for g in intgroup.GROUP_SIZES[::-1]), "128",
             "elements per scale along the input (last) axis"),
+    Variant("zero_storage", intgroup.ZERO_STORAGE, "exact",
+            "zero points as they are (GPTQ v2, AWQ) or minus one modulo 2^b (GPTQ v1 checkpoints)"),
 )
 
 
 def _int_oracle(bits):
-    def quantize(w, *, scheme="asymmetric", group="128"):
-        return intgroup.quantize(w, bits=bits, group=int(group), scheme=scheme)
+    def quantize(w, *, scheme="asymmetric", group="128", zero_storage="exact"):
+        return intgroup.quantize(w, bits=bits, group=int(group), scheme=scheme, zero_storage=zero_storage)
 
     return quantize
 
 
-def _int_dequant(codes, scales, zeros, *, group="128"):
-    return intgroup.dequantize(codes, scales, zeros, group=int(group))
+def _int_dequant_oracle(bits):
+    def dequantize(codes, scales, zeros, *, group="128", zero_storage="exact"):
+        return intgroup.dequantize(codes, scales, zeros, group=int(group), bits=bits, zero_storage=zero_storage)
+
+    return dequantize
 
 
 def _int_vectors(bits: int) -> list[VectorSpec]:
@@ -1085,6 +1090,9 @@ def _int_vectors(bits: int) -> list[VectorSpec]:
         one_sided = np.abs(w[:2, :128]) + 0.01
         specs.append(VectorSpec(f"{scheme}: all-positive groups (the zero point meets its clamp)", ("ZeroPoint",),
                                 Case({"w": np.concatenate([one_sided, -one_sided])}, {"scheme": scheme})))
+        specs.append(VectorSpec(f"{scheme}: zero points stored GPTQ v1 style (minus one, 0 wraps)", ("ZeroPoint",),
+                                Case({"w": np.concatenate([one_sided, -one_sided])},
+                                     {"scheme": scheme, "zero_storage": "gptq_v1"})))
         specs.append(VectorSpec(f"{scheme}: an all-zero group", ("ZeroBlock",),
                                 Case({"w": np.zeros((1, 128), np.float32)}, {"scheme": scheme})))
         steps = (np.arange(128) - 64).astype(np.float32) * np.float32(0.5)
@@ -1103,8 +1111,10 @@ def _int_dequant_vectors(bits: int) -> list[VectorSpec]:
         n = 256 // group
         scales = (rng.random((4, n)) * 0.01).astype(np.float32)
         zeros = rng.integers(0, 1 << bits, (4, n)).astype(np.uint8)
-        specs.append(VectorSpec(f"random codes, group {group}", ("ZeroPoint", "Random"),
-                                Case({"codes": codes, "scales": scales, "zeros": zeros}, {"group": str(group)})))
+        for storage in intgroup.ZERO_STORAGE:
+            specs.append(VectorSpec(f"random codes, group {group}, zero points {storage}", ("ZeroPoint", "Random"),
+                                    Case({"codes": codes, "scales": scales, "zeros": zeros},
+                                         {"group": str(group), "zero_storage": storage})))
     specs.append(VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
                             Case({"codes": codes, "scales": np.ones((4, 3), np.float32),
                                   "zeros": np.zeros((4, 3), np.uint8)}), "invalid"))
@@ -1137,7 +1147,8 @@ def _int_dequant_examples(bits: int):
             c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, (1 << bits) - 1)), label="codes")
             sc = draw(hnp.arrays(np.float32, n, elements=st.floats(1e-6, 10, width=32)), label="scales")
             z = draw(hnp.arrays(np.uint8, n, elements=st.integers(0, (1 << bits) - 1)), label="zeros")
-            return Case({"codes": c, "scales": sc, "zeros": z}, {"group": group})
+            storage = draw(st.sampled_from(list(supported["zero_storage"])), label="zero_storage")
+            return Case({"codes": c, "scales": sc, "zeros": z}, {"group": group, "zero_storage": storage})
 
         return case()
 
@@ -1154,9 +1165,9 @@ def _int_ops(bits: int) -> list[Op]:
            summary=f"float32 w [..., n] -> (INT{bits} codes, float32 scales, zero points) per group",
            spec=f"{SPEC}#int-groups", variants=_INT_VARIANTS, vectors=partial(_int_vectors, bits),
            examples=_int_examples(bits), compare=_compare_int, outputs=("codes", "scales", "zeros")),
-        Op(name=f"formats.int{bits}_group.dequantize", kind=Kind.EXACT, oracle=_int_dequant,
+        Op(name=f"formats.int{bits}_group.dequantize", kind=Kind.EXACT, oracle=_int_dequant_oracle(bits),
            summary=f"(INT{bits} codes, scales, zeros) -> float32 weights", spec=f"{SPEC}#int-groups",
-           variants=(_INT_VARIANTS[1],), vectors=partial(_int_dequant_vectors, bits),
+           variants=_INT_VARIANTS[1:], vectors=partial(_int_dequant_vectors, bits),
            examples=_int_dequant_examples(bits), compare=compare_values),
     ]
 

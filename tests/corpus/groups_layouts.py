@@ -27,7 +27,7 @@ def to_blocked(scales, bugs=()):
     return inner.reshape(-1)
 
 
-def quantize_groups(w, bits, group, scheme, bugs=()):
+def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
     w = np.asarray(w)
     if w.dtype not in (np.float32, np.float16) or not np.isfinite(w).all():
         raise ValueError("w: finite float32 or float16")
@@ -57,6 +57,8 @@ def quantize_groups(w, bits, group, scheme, bugs=()):
                 zero = half
                 q = np.clip(np.rint(g / scale), -half, half - 1) + half
             codes[r, k * group:(k + 1) * group] = q
+            if zero_storage == "gptq_v1":
+                zero = (int(zero) - 1) % (qmax + 1)
             scales[r, k], zeros[r, k] = scale, zero
     out = (*w.shape[:-1], ng)
     return codes.reshape(w.shape), scales.reshape(out), zeros.reshape(out)
@@ -86,9 +88,11 @@ def correct():
     variants = {"formats.int4.pack_int32": {"order": ["gptq", "awq"]}}
     for bits in (4, 8):
         ops[f"formats.int{bits}_group.quantize"] = (
-            lambda w, scheme, group, b=bits: quantize_groups(w, b, int(group), scheme))
+            lambda w, scheme, group, zero_storage, b=bits: quantize_groups(w, b, int(group), scheme,
+                                                                           zero_storage=zero_storage))
         variants[f"formats.int{bits}_group.quantize"] = {"scheme": ["asymmetric", "symmetric"],
-                                                         "group": ["128", "64", "32"]}
+                                                         "group": ["128", "64", "32"],
+                                                         "zero_storage": ["exact", "gptq_v1"]}
     return _impl("loops and tile reshapes", ops, variants)
 
 
@@ -99,8 +103,13 @@ GROUP_LAYOUT_BUGS = {
               {}), "LayoutTranspose"),
     "zero point off by one": (
         _impl("zero - 1", {"formats.int4_group.quantize":
-                           lambda w, scheme, group: quantize_groups(w, 4, int(group), scheme, ("zero_minus_one",))},
+                           lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme,
+                                                                                  ("zero_minus_one",))},
               {}), "Random"),
+    "GPTQ v1 zero points stored without the minus one": (
+        _impl("v1 exact", {"formats.int4_group.quantize":
+                           lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme)},
+              {"formats.int4_group.quantize": {"zero_storage": ["gptq_v1"]}}), "ZeroPoint"),
     "AWQ nibble order where GPTQ's is declared": (
         _impl("word order", {"formats.int4.pack_int32": lambda codes, order: pack_int32(codes, order, ("swap_order",))},
               {}), "WordOrder"),
