@@ -132,7 +132,7 @@ def _unblocks(b: NDArray, axis: int) -> NDArray:
     return np.moveaxis(b.reshape(*b.shape[:-2], b.shape[-2] * b.shape[-1]), -1, axis)
 
 
-def _encode_elements(q: NDArray[np.float64], elem: str) -> NDArray[np.uint8]:
+def _encode_elements(q: NDArray[np.float32], elem: str) -> NDArray[np.uint8]:
     if elem == "int8":
         k = np.clip(np.rint(q * 64), -INT8_MAX, INT8_MAX)  # rint: round half to even
         return np.where(np.isnan(k), 0, k).astype(np.int8).view(np.uint8)
@@ -161,7 +161,9 @@ def quantize(
     amax = np.max(np.abs(blocks), axis=-1)  # NaN propagates
     scales = scale_exponents(amax, elem, rule=scale_rule, scale_overflow=scale_overflow)
     exponent = scales.astype(np.int64) - 127
-    q = np.ldexp(blocks.astype(np.float64), -exponent[..., None])  # exact: a power-of-two division
+    # A power-of-two division, exact in float32 except where the quotient falls below
+    # 2^-126, far under every element's smallest subnormal, so it rounds to zero anyway.
+    q = blocks * np.ldexp(np.float32(1), -exponent)[..., None].astype(np.float32)
     codes = np.where((scales == 0xFF)[..., None], 0, _encode_elements(q, elem)).astype(np.uint8)
     return _unblocks(codes, axis), np.moveaxis(scales, -1, axis)
 
