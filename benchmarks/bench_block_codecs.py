@@ -10,21 +10,11 @@ mean the block bookkeeping is free. Run on demand; never part of the tests.
 from __future__ import annotations
 
 import argparse
-import time
-
 import ml_dtypes
 import numpy as np
+from _timing import best
 
 from ref.formats import mx, nvfp4
-
-
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

@@ -10,21 +10,11 @@ Prints, per format, the best wall time of each and the ratio oracle / baseline
 from __future__ import annotations
 
 import argparse
-import time
-
 import ml_dtypes
 import numpy as np
+from _timing import best
 
 from ref.formats import FORMATS, encode
-
-
-def best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

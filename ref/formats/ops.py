@@ -606,26 +606,6 @@ def _unpack_vectors() -> list[VectorSpec]:
     return specs
 
 
-def _pack_examples(supported):
-    @st.composite
-    def case(draw):
-        shape = draw(small_shapes(max_dims=3, max_side=8), label="shape")
-        shape = (*shape[:-1], 2 * shape[-1])
-        c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 15)), label="codes")
-        return Case({"codes": c}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
-
-    return case()
-
-
-def _unpack_examples(supported):
-    @st.composite
-    def case(draw):
-        b = draw(hnp.arrays(np.uint8, small_shapes(max_dims=3, max_side=8)), label="packed")
-        return Case({"packed": b}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
-
-    return case()
-
-
 MX_NAMES = {"float8_e4m3fn": "mxfp8_e4m3", "float8_e5m2": "mxfp8_e5m2", "float6_e2m3fn": "mxfp6_e2m3",
             "float6_e3m2fn": "mxfp6_e3m2", "float4_e2m1fn": "mxfp4", "int8": "mxint8"}
 _MX_VARIANTS = (
@@ -1210,23 +1190,22 @@ def _unpack32_vectors() -> list[VectorSpec]:
     return specs
 
 
-def _pack32_examples(supported):
-    @st.composite
-    def case(draw):
-        shape = draw(block_shapes(block=8, max_blocks=4), label="shape")
-        c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 15)), label="codes")
-        return Case({"codes": c}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
+def _ordered(name: str, arrays: st.SearchStrategy):
+    """Example cases of one array input and the `order` variant."""
 
-    return case()
+    def strategy(supported):
+        return st.tuples(arrays, st.sampled_from(list(supported["order"]))).map(
+            lambda t: Case({name: t[0]}, {"order": t[1]}))
+
+    return strategy
 
 
-def _unpack32_examples(supported):
-    @st.composite
-    def case(draw):
-        w = draw(hnp.arrays(np.int32, small_shapes(max_dims=2, max_side=6)), label="words")
-        return Case({"words": w}, {"order": draw(st.sampled_from(list(supported["order"])), label="order")})
-
-    return case()
+_NIBBLES = st.integers(0, 15)
+_pack_examples = _ordered("codes", hnp.arrays(np.uint8, small_shapes(max_dims=3, max_side=8).map(
+    lambda s: (*s[:-1], 2 * s[-1])), elements=_NIBBLES))
+_unpack_examples = _ordered("packed", hnp.arrays(np.uint8, small_shapes(max_dims=3, max_side=8)))
+_pack32_examples = _ordered("codes", hnp.arrays(np.uint8, block_shapes(block=8, max_blocks=4), elements=_NIBBLES))
+_unpack32_examples = _ordered("words", hnp.arrays(np.int32, small_shapes(max_dims=2, max_side=6)))
 
 
 _LAYOUT_AND_INT_OPS = [
