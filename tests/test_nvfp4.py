@@ -97,3 +97,22 @@ def test_nvfp4_bug_is_rejected_by_a_flagged_vector(name):
     report = run(nvfp4_bug(name), ops=["formats.nvfp4.quantize"], examples=0)
     failures = report.ops[0].failures
     assert report.ops[0].verdict == "fail" and any(flag in f.flags for f in failures), [f.flags for f in failures]
+
+
+def test_hadamard_is_orthogonal_and_matches_kronecker_construction():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    y = nvfp4.random_hadamard(x)
+    assert np.array_equal(y, nvfp4_composed.hadamard(x))
+    h = nvfp4.hadamard16()
+    assert np.array_equal(h @ h.T, 16 * np.eye(16))
+    back = (y.astype(np.float64).reshape(5, 4, 16) @ h / 4 * nvfp4.RHT_SIGNS).reshape(5, 64)
+    assert np.allclose(back, x, rtol=0, atol=1e-6)
+    assert np.allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-6)
+
+
+def test_hadamard_spreads_a_single_outlier_evenly():
+    for i in (0, 5, 15):
+        x = np.zeros((1, 16), np.float32)
+        x[0, i] = 8.0
+        assert np.array_equal(np.abs(nvfp4.random_hadamard(x)), np.full((1, 16), 2.0, np.float32))

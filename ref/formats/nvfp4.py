@@ -27,6 +27,12 @@ torchao code divide by zero there.
 2D scaling (TE's weights): one block amax per 16x16 tile of the last two axes, its
 scale repeated on each of the tile's 16 rows.
 
+Random Hadamard transform (TE's recipe, before scaling; the global amax is taken
+after it): each 16 elements of the last axis become y = (x * s) @ H / 4, with H the
+16x16 Sylvester Hadamard matrix in natural order, H[i, j] = (-1)^popcount(i & j), and
+s TransformerEngine's fixed signs. y is summed in float64 and rounded once to float32:
+exact whenever a chunk's 16 inputs span less than 2^29 in magnitude.
+
 References: NVIDIA, "Pretraining Large Language Models with NVFP4",
 arXiv:2509.25149; TransformerEngine (NVFP4 recipe), vLLM (scaled_fp4_quant reference),
 torchao (NVFP4Tensor); OCP MX v1.0 for E2M1.
@@ -41,12 +47,37 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.formats.minifloat import _enum, decode, encode
 
-__all__ = ["BLOCK", "Recipe", "dequantize", "quantize"]
+__all__ = ["BLOCK", "RHT_SIGNS", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
 
 BLOCK = 16
 F32 = np.float32
 FLT_MAX = np.finfo(np.float32).max
 E4M3_MAX, E2M1_MAX = F32(448), F32(6)
+
+
+# TransformerEngine's fixed sign vector for the random Hadamard transform.
+RHT_SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], dtype=np.float64)
+
+
+def hadamard16() -> NDArray[np.float64]:
+    """The 16x16 Sylvester Hadamard matrix, natural order: H[i, j] = (-1)^popcount(i & j)."""
+    i, j = np.indices((BLOCK, BLOCK))
+    both = i & j
+    popcount = sum((both >> k) & 1 for k in range(4))
+    return np.where(popcount % 2 == 0, 1.0, -1.0)
+
+
+def random_hadamard(x: ArrayLike, *, signs: ArrayLike = RHT_SIGNS) -> NDArray[np.float32]:
+    """y = (x * signs) @ H / 4 for each 16 elements of the last axis, rounded once to float32."""
+    x = np.asarray(x)
+    signs = np.asarray(signs, dtype=np.float64)
+    if signs.shape != (BLOCK,) or not np.isin(signs, (-1.0, 1.0)).all():
+        raise ValueError(f"signs: expected 16 values of +1 or -1, got {signs!r}")
+    if x.ndim < 1 or x.shape[-1] % BLOCK:
+        raise ValueError(f"x: the last axis must be a multiple of {BLOCK}, got shape {x.shape}")
+    chunks = x.astype(np.float64).reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK) * signs
+    y = np.einsum("...i,ij->...j", chunks, hadamard16()) / 4  # [..., k, 16]
+    return y.reshape(x.shape).astype(np.float32)
 
 
 class Recipe(enum.Enum):
@@ -104,6 +135,7 @@ def quantize(
     recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE,
     global_amax: float | np.floating | None = None,
     tile_2d: bool = False,
+    rht: bool = False,
     rounding: str = "nearest_even",
     rbits: ArrayLike | None = None,
 ) -> tuple[NDArray[np.uint8], NDArray[np.uint8], np.float32]:
@@ -111,7 +143,8 @@ def quantize(
 
     Returns (codes [..., R, n] uint8 E2M1 codes, one per byte; scales [..., R, n/16]
     uint8 E4M3FN codes; global scale float32, the recipe's own). n must be a multiple
-    of 16 (and R of 16 with `tile_2d`). `global_amax` defaults to max |x|.
+    of 16 (and R of 16 with `tile_2d`). `global_amax` defaults to max |x| (after the
+    random Hadamard transform when `rht`).
     `rounding="stochastic"` takes `rbits` (uint32 per element; the top 8 bits are
     used, the width of PTX cvt.rs.e2m1x4's random numbers).
     """
@@ -126,6 +159,8 @@ def quantize(
         raise ValueError(f"x: tile_2d needs rows (axis -2) in multiples of {BLOCK}, got shape {x.shape}")
     if rounding not in ("nearest_even", "stochastic"):
         raise ValueError(f"rounding: expected 'nearest_even' or 'stochastic', got {rounding!r}")
+    if rht:
+        x = random_hadamard(x)
     amax = F32(np.max(np.abs(x))) if global_amax is None and x.size else F32(global_amax or 0)
     g = _global(amax, recipe)
     sb, r = _scales_and_multipliers(_block_amax(x, tile_2d), g, recipe)

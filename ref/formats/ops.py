@@ -143,6 +143,8 @@ FLAGS = {
                       "every weight of a group shifts by one quantization step"),
     "WordOrder": Flag("INT4 codes packed into int32 in GPTQ's order where AWQ's is declared, or the reverse",
                       "the eight weights of every word are permuted"),
+    "Hadamard": Flag("the random Hadamard transform with another sign vector, order or scale, or the global "
+                     "amax taken before it", "every code of the transformed tensor is off"),
     "InvalidInput": Flag("bad input accepted silently",
                          "a wrong dtype or shape is reinterpreted instead of rejected"),
     "Random": Flag("any bug the curated vectors miss",
@@ -763,13 +765,17 @@ _NV_VARIANTS = (
     Variant("recipe", tuple(r.value for r in nvfp4.Recipe), "transformer_engine",
             "float32 operation order of the scales: TransformerEngine, vLLM/FlashInfer, torchao"),
     Variant("tile_2d", ("false", "true"), "false", "one scale per 16 elements, or per 16x16 tile (TE weights)"),
+    Variant("rht", ("false", "true"), "false",
+            "random Hadamard transform of each 16 elements before scaling (TE's recipe for wgrad inputs)"),
     Variant("rounding", ("nearest_even", "stochastic"), "nearest_even",
             "element rounding; stochastic reads the top 8 bits of rbits (PTX cvt.rs.e2m1x4)"),
 )
 
 
-def _nvfp4_oracle(x, *, recipe, tile_2d, rounding, rbits=None):
-    return nvfp4.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits)
+def _nvfp4_oracle(x, *, recipe="transformer_engine", tile_2d="false", rht="false", rounding="nearest_even",
+                  rbits=None):
+    return nvfp4.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rht=rht == "true", rounding=rounding,
+                          rbits=rbits)
 
 
 def _recipe_ties(recipe_a: str, recipe_b: str, amax: float, count: int = 32) -> np.ndarray:
@@ -857,6 +863,8 @@ def _nvfp4_vectors() -> list[VectorSpec]:
     for r in nvfp4.Recipe:
         add(f"{r.value}: Gaussian 32x64 with an outlier channel", ["RecipeOrder", "Random"], gauss, recipe=r.value)
         add(f"{r.value}: 16x16 tiles (2D scaling)", ["RecipeOrder"], gauss, recipe=r.value, tile_2d="true")
+        add(f"{r.value}: random Hadamard transform first (the outlier spreads over its 16)", ["Hadamard"], gauss,
+            recipe=r.value, rht="true")
         tiny = rng.standard_normal((4, 32)) * np.array([[1e-6], [1e-3], [1.0], [1e3]])
         tiny[0] = 0.0
         add(f"{r.value}: blocks from zero to large, one all-zero row", ["ZeroBlock", "ScaleClamp", "E4M3Rounding"],

@@ -118,12 +118,14 @@ def nvfp4_composed(bugs=(), name=None, variants=None):
     """The independent NVFP4 codec (each recipe's steps with ml_dtypes casts); RNE only."""
     from corpus import nvfp4_composed as nc
 
-    def quantize(x, recipe, tile_2d, rounding, rbits=None):
-        return nc.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits, bugs=bugs)
+    def quantize(x, recipe, tile_2d, rounding, rht, rbits=None):
+        return nc.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits, bugs=bugs,
+                           rht=rht == "true")
 
     ops = {"formats.nvfp4.quantize": quantize}
     declared = {"formats.nvfp4.quantize": {"recipe": ["transformer_engine", "vllm", "torchao"],
-                                           "tile_2d": ["false", "true"]}} if variants is None else variants
+                                           "tile_2d": ["false", "true"], "rht": ["false", "true"]}} \
+        if variants is None else variants
     return Implementation(name or f"nvfp4 composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
 
 
@@ -143,6 +145,8 @@ NVFP4_BUGS = {
     "torchao without the 2^-6 block-scale floor": (("no_clamp",), _one_recipe("torchao"), "ScaleClamp"),
     "TransformerEngine with torchao's 2^-6 floor": (("clamp_2m6",), _one_recipe("transformer_engine"),
                                                     "ScaleClamp"),
+    "Hadamard transform without TransformerEngine's signs": (
+        ("no_signs",), {"formats.nvfp4.quantize": {"rht": ["true"]}}, "Hadamard"),
     "vLLM claimed, TransformerEngine's order computed": ((), {"formats.nvfp4.quantize": {"recipe": ["vllm"]}},
                                                          "RecipeOrder"),
 }
@@ -153,9 +157,9 @@ def nvfp4_bug(name):
     if name.startswith("vLLM claimed"):
         from corpus import nvfp4_composed as nc
 
-        def te_as_vllm(x, recipe, tile_2d, rounding, rbits=None):
+        def te_as_vllm(x, recipe, tile_2d, rounding, rht, rbits=None):
             return nc.quantize(x, recipe="transformer_engine", tile_2d=tile_2d == "true", rounding=rounding,
-                               rbits=rbits)
+                               rbits=rbits, rht=rht == "true")
 
         return Implementation(name, {"formats.nvfp4.quantize": te_as_vllm}, variants=variants)
     return nvfp4_composed(bugs, name=name, variants=variants)

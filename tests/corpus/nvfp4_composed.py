@@ -14,11 +14,26 @@ def _e4m3(v):
         return np.clip(v, F(-448), F(448)).astype(ml_dtypes.float8_e4m3fn)
 
 
+SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
+H2 = np.array([[1.0, 1.0], [1.0, -1.0]])
+H16 = np.kron(H2, np.kron(H2, np.kron(H2, H2)))  # Sylvester's construction
+
+
+def hadamard(x, bugs=()):
+    chunks = x.astype(np.float64).reshape(*x.shape[:-1], x.shape[-1] // 16, 16)
+    signs = SIGNS if "no_signs" not in bugs else np.ones(16)
+    return ((chunks * signs) @ H16 / 4).reshape(x.shape).astype(F)
+
+
 def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, rounding="nearest_even",
-             rbits=None, bugs=()):
+             rbits=None, bugs=(), rht=False):
     if rounding != "nearest_even" or rbits is not None:
         raise ValueError("rounding: only nearest_even here")
     x = np.asarray(x).astype(F)
+    if x.shape[-1] % 16:
+        raise ValueError("x: last axis must be a multiple of 16")
+    if rht:
+        x = hadamard(x, bugs)
     if x.shape[-1] % 16:
         raise ValueError("x: last axis must be a multiple of 16")
     amax = F(np.abs(x).max()) if global_amax is None and x.size else F(global_amax or 0)
