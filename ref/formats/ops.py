@@ -648,6 +648,12 @@ def _mx_vectors(elem: str) -> list[VectorSpec]:
         maxes = np.stack([row(top * 2.0**k * f, seed=k + 7) for k in (-3, 0, 5) for f in (1.0, 1.0 + 2**-20)])
         add(f"{rule.value}: amax at element max times a power of two, and just above", ["ScaleRule"], maxes,
             scale_rule=rule.value)
+        edges = [np.float32(top * 2.0**k) for k in (-127, -100, -3, 0, 5, 60)]
+        ulp_rows = np.stack([row(float(v), seed=i) for i, e in enumerate(edges)
+                             for v in (np.nextafter(e, np.float32(np.inf)), np.nextafter(e, np.float32(0)))])
+        add(f"{rule.value}: amax one float32 ulp either side of element max times 2^k (the fp32 product "
+            f"amax * (1/max) rounds onto the power of two)", ["ScaleRule", "Log2Float32"], ulp_rows,
+            scale_rule=rule.value)
         add(f"{rule.value}: all-zero block (and -0)", ["ZeroBlock"], np.stack([np.zeros(32), -np.zeros(32)]),
             scale_rule=rule.value)
         sub = np.stack([row(1e-40), row(3e-45, seed=3)])
@@ -880,6 +886,11 @@ def _nvfp4_vectors() -> list[VectorSpec]:
         add(f"{r.value}: stochastic rounding with random bits", ["StochasticRounding"], gauss[:4],
             recipe=r.value, rounding="stochastic",
             rbits=rng.integers(0, 2**32, (4, 64), dtype=np.uint64).astype(np.uint32))
+        tie_x = np.concatenate([ties, np.full((1, 16), 6.0 * 448, np.float32)])
+        for rb, what in ((1 << 31, "carries (fraction 1/2 + 1/2 = 1)"), ((1 << 31) - (1 << 24), "does not carry")):
+            add(f"{r.value}: stochastic rounding on exact E2M1 midpoints, random byte at the boundary {what}",
+                ["StochasticRounding", "SrBoundary"], tie_x, recipe=r.value, rounding="stochastic",
+                rbits=np.full(tie_x.shape, rb, dtype=np.uint32))
     for a, b in (("transformer_engine", "vllm"), ("transformer_engine", "torchao"), ("vllm", "torchao")):
         amax = 100.0
         bam = _recipe_ties(a, b, amax)
@@ -1066,6 +1077,26 @@ def _int_dequant_oracle(bits):
     return dequantize
 
 
+def _int_ties(bits: int, scheme: str, rng) -> np.ndarray:
+    """Groups of 128 whose scale is fixed by their first two elements (the group's min
+    and max) and whose other elements sit within 3 float32 ulps of (k + 1/2) * scale:
+    a float64 quotient or a multiply by the reciprocal rounds some of them otherwise."""
+    rows = []
+    for lo, hi in ((-0.640592098, 0.277088851), (-0.0505637899, 0.0263623595), (-1.0, 1.0)):
+        lo, hi = np.float32(lo), np.float32(hi)
+        w = np.zeros(128, np.float32)
+        w[0], w[1] = lo, hi
+        _, scale, _ = intgroup.quantize(w[None, :], bits=bits, group=128, scheme=scheme)
+        scale = scale[0, 0]
+        k = rng.integers(-(1 << (bits - 1)) + 1, (1 << (bits - 1)) - 1, 18).astype(np.float32)
+        centre = ((k + np.float32(0.5)) * scale).astype(np.float32)
+        near = (centre.view(np.int32)[:, None] + np.arange(-3, 4)).astype(np.int32).view(np.float32).ravel()
+        near = near[(near > lo) & (near < hi)]
+        w[2:2 + min(126, near.size)] = near[:126]
+        rows.append(w)
+    return np.stack(rows)
+
+
 def _int_vectors(bits: int) -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for(f"formats.int{bits}_group.quantize"))
     specs = []
@@ -1086,6 +1117,14 @@ def _int_vectors(bits: int) -> list[VectorSpec]:
         steps = (np.arange(128) - 64).astype(np.float32) * np.float32(0.5)
         specs.append(VectorSpec(f"{scheme}: values on half steps (rounding ties)", ("TiesToEven",),
                                 Case({"w": steps[None, :]}, {"scheme": scheme})))
+        specs.append(VectorSpec(f"{scheme}: weights within 3 float32 ulps of (k + 1/2) * scale", ("TiesToEven",),
+                                Case({"w": _int_ties(bits, scheme, rng)}, {"scheme": scheme})))
+    qmax = (1 << bits) - 1
+    lo = np.float32(-6.5 / 16)  # scale exactly 1/16 and -lo/scale exactly 6.5 (a tie)
+    exact = np.linspace(lo, lo + np.float32(1 / 16) * qmax, 128, dtype=np.float32)
+    exact[0], exact[-1] = lo, np.float32(lo + np.float32(qmax / 16))
+    specs.append(VectorSpec("asymmetric: the zero point -lo/scale is exactly k + 1/2 (rounds to even)",
+                            ("ZeroPoint", "TiesToEven"), Case({"w": exact[None, :]}, {"scheme": "asymmetric"})))
     specs.append(VectorSpec("NaN weights are rejected", ("InvalidInput", "NaN"),
                             Case({"w": np.full((1, 128), np.nan, np.float32)}), "invalid"))
     return specs

@@ -104,6 +104,8 @@ MX_BUGS = {
                                                                             None, "TiesToEven"),
     "RCEIL scale by truncating log2(amax/max)": (("rceil_floor",), ("float4_e2m1fn",), None, "ScaleRule"),
     "floor(log2) in float32 near a power of two": (("log2f",), ("float8_e5m2",), None, "Log2Float32"),
+    "RCEIL by dividing amax by max instead of multiplying by fp32(1/max)": (("rceil_div",), ("int8",), None,
+                                                                            "Log2Float32"),
     "NaN in a block ignored (nanmax)": (("nanmax",), ("float6_e2m3fn",), None, "NanBlock"),
     "elements not saturated after scaling": (("no_saturation",), ("float8_e4m3fn",), None, "ElementSaturation"),
 }

@@ -46,10 +46,12 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
                 if lo == 0 and hi == 0:
                     lo, hi = F(-1), F(1)
                 scale = F(F(hi - lo) / F(qmax))
-                zero = min(max(np.rint(F(-lo / scale)), 0), qmax)
+                z = F(-lo / scale)
+                zero = min(max(np.floor(z + F(0.5)) if "zero_half_away" in bugs else np.rint(z), 0), qmax)
                 if "zero_minus_one" in bugs:
                     zero = max(zero - 1, 0)
-                q = np.clip(np.rint(g / scale) + zero, 0, qmax)
+                quotient = g * F(F(1) / scale) if "reciprocal" in bugs else g / scale
+                q = np.clip(np.rint(quotient) + zero, 0, qmax)
             else:
                 half = 1 << (bits - 1)
                 amax = F(np.abs(g).max())
@@ -106,6 +108,16 @@ GROUP_LAYOUT_BUGS = {
                            lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme,
                                                                                   ("zero_minus_one",))},
               {}), "Random"),
+    "zero point rounded half away from zero": (
+        _impl("zero half away", {"formats.int4_group.quantize":
+                                 lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme,
+                                                                                        ("zero_half_away",))},
+              {}), "ZeroPoint"),
+    "weights multiplied by the reciprocal of the scale": (
+        _impl("reciprocal", {"formats.int8_group.quantize":
+                             lambda w, scheme, group, zero_storage: quantize_groups(w, 8, int(group), scheme,
+                                                                                    ("reciprocal",))},
+              {}), "TiesToEven"),
     "GPTQ v1 zero points stored without the minus one": (
         _impl("v1 exact", {"formats.int4_group.quantize":
                            lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme)},

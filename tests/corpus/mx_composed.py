@@ -29,7 +29,10 @@ def _exponent(amax, elem, rule, bugs):
         width = 2 ** (MBITS[elem] + 1)
         carry = np.rint(m * width) == width
         return floor_log2 + carry - EMAX[elem]
-    s = (amax * np.float32(1 / _max(elem))).astype(np.float64)
+    if "rceil_div" in bugs:
+        s = (amax / np.float32(_max(elem))).astype(np.float64)
+    else:
+        s = (amax * np.float32(1 / _max(elem))).astype(np.float64)
     if "rceil_floor" in bugs:
         s = np.where(s > 0, s, 2.0**-127)
         return np.floor(np.log2(s)).astype(np.int64)
