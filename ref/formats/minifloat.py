@@ -339,6 +339,23 @@ def _round_up(odd, r, shift, cap, negative, rounding: Rounding, rbits):
     return inexact & np.where(shift > 32, wide, narrow)
 
 
+def _check_rbits(rbits, x: NDArray, rounding: Rounding, sr_bits) -> NDArray | None:
+    """The random bits stochastic rounding reads: uint32 like x, only the top sr_bits kept."""
+    if str(sr_bits) not in {str(w) for w in range(1, 33)}:
+        raise ValueError(f"sr_bits: expected a width from 1 to 32, got {sr_bits!r}")
+    if rounding is not Rounding.STOCHASTIC:
+        if rbits is not None:
+            raise ValueError(f"rbits: only used with rounding='stochastic', got rounding={rounding.value!r}")
+        return None
+    if rbits is None:
+        raise ValueError("rbits: rounding='stochastic' needs rbits, a uint32 array like x")
+    rbits = np.asarray(rbits)
+    if rbits.dtype != np.uint32 or rbits.shape != x.shape:
+        raise ValueError(f"rbits: expected uint32 of shape {x.shape}, got {rbits.dtype} of shape {rbits.shape}")
+    drop = 32 - int(sr_bits)
+    return rbits & np.uint32((0xFFFFFFFF >> drop) << drop)
+
+
 def encode(
     x: ArrayLike,
     fmt: str | FloatFormat,
@@ -386,20 +403,7 @@ def encode(
             f"overflow: {f.name} has neither Inf nor NaN, so only 'saturate' applies; "
             f"got {overflow.value!r}"
         )
-    if rounding is Rounding.STOCHASTIC:
-        if rbits is None:
-            raise ValueError("rbits: rounding='stochastic' needs rbits, a uint32 array like x")
-        rbits = np.asarray(rbits)
-        if rbits.dtype != np.uint32 or rbits.shape != x.shape:
-            raise ValueError(
-                f"rbits: expected uint32 of shape {x.shape}, got {rbits.dtype} of shape {rbits.shape}"
-            )
-    elif rbits is not None:
-        raise ValueError(f"rbits: only used with rounding='stochastic', got rounding={rounding.value!r}")
-    if str(sr_bits) not in {str(w) for w in range(1, 33)}:
-        raise ValueError(f"sr_bits: expected a width from 1 to 32, got {sr_bits!r}")
-    if rbits is not None and int(sr_bits) < 32:
-        rbits = rbits & np.uint32(~((1 << (32 - int(sr_bits))) - 1) & 0xFFFFFFFF)
+    rbits = _check_rbits(rbits, x, rounding, sr_bits)
 
     uint, sebits, smbits = _SOURCES[x.dtype]
     if f.mbits > smbits:
