@@ -74,8 +74,8 @@ def log2_e8m0_encode(x, rounding="nearest_even", **params):
     loses its step, because log2 rounds."""
     if rounding not in ("toward_positive", "toward_zero", "toward_negative") or params.get("negative") != "nan":
         return encode(x, "float8_e8m0fnu", rounding=rounding, **params)
-    a = np.asarray(x).astype(np.float64)
     with np.errstate(all="ignore"):
+        a = np.asarray(x).astype(np.float64)
         e = np.log2(np.where(a > 0, a, 1.0))
     e = np.ceil(e) if rounding == "toward_positive" else np.floor(e)
     good = np.isfinite(a) & (a > 0) & (e + 127 >= 0) & (e + 127 <= 254)
