@@ -1,12 +1,24 @@
-"""Catalog declarations of the formats area: element codecs and FP4 packing.
+"""Catalog declarations of the formats area.
 
-The only file of the area that reaches up to `ref.testing`; `ref.conformance`
-discovers it. Operations, per format F of `FORMATS`:
+The only file of the area that reaches up to `ref.testing` (catalog types,
+comparators, strategies, vector specs); `ref.conformance.catalog` discovers it.
 
-  formats.F.encode              x [, rbits] -> codes          (exact)
-  formats.F.decode              codes -> float32 values       (exact)
+  formats.F.encode              x [, rbits] -> codes            (F: every element format)
+  formats.F.decode              codes -> float32 values
   formats.float4_e2m1fn.pack    codes [..., 2n] -> bytes [..., n]
   formats.float4_e2m1fn.unpack  bytes [..., n] -> codes [..., 2n]
+  formats.mxE.quantize          x [..., 32k] -> (codes, E8M0 scales [..., k])   (E: the MX element)
+  formats.mxE.dequantize        (codes, scales) -> float64 values
+  formats.nvfp4.quantize        x [..., R, 16k] -> (codes, E4M3 scales [..., R, k], global scale)
+  formats.nvfp4.dequantize      (codes, scales, global scale) -> float64 values
+  formats.scales.to_blocked     scales [R, C] -> the 128x4 blocked layout (flat)
+  formats.scales.from_blocked   (blocked, rows, cols) -> scales [rows, cols]
+  formats.intB_group.quantize   w [..., n] -> (codes, scales, zeros)            (B: 4 or 8)
+  formats.intB_group.dequantize (codes, scales, zeros) -> float32 weights
+  formats.int4.pack_int32       codes [..., 8k] -> int32 words [..., k] (GPTQ or AWQ order)
+  formats.int4.unpack_int32     words -> codes
+
+All are exact.
 """
 
 from __future__ import annotations
@@ -21,7 +33,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ref.conformance.catalog import Flag, Kind, Op, Variant, seed_for
+from ref.testing.operations import Flag, Kind, Op, Variant, seed_for
 from ref.formats.minifloat import (
     FORMATS,
     get_format,
