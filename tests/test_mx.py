@@ -101,6 +101,9 @@ def test_blocks_along_another_axis():
     (lambda: mx.quantize(np.ones(32, np.float32), "int8", block=0), ValueError, "block"),
     (lambda: mx.dequantize(np.zeros(32, np.uint8), np.zeros(2, np.uint8), "int8"), ValueError, "scales"),
     (lambda: mx.dequantize(np.zeros(32, np.int8), np.zeros(1, np.uint8), "int8"), TypeError, "codes"),
+    (lambda: mx.scale_exponents(np.ones(2), "int8"), TypeError, "amax"),
+    (lambda: mx.scale_exponents(np.ones(2, np.float32), "int8", scale_overflow="clamp"), ValueError,
+     "scale_overflow"),
 ])
 def test_errors(call, error, word):
     with pytest.raises(error, match=word):

@@ -79,6 +79,8 @@ def test_edge_cases():
     (lambda: nvfp4.quantize(np.ones((1, 16))), TypeError, "float64"),
     (lambda: nvfp4.quantize(np.ones((1, 16), np.float32), rounding="toward_zero"), ValueError, "rounding"),
     (lambda: nvfp4.dequantize(np.zeros((1, 16), np.uint8), np.zeros((1, 2), np.uint8), 1.0), ValueError, "scales"),
+    (lambda: nvfp4.random_hadamard(np.ones((1, 20), np.float32)), ValueError, "multiple of 16"),
+    (lambda: nvfp4.random_hadamard(np.ones((1, 16), np.float32), signs=np.full(16, 2.0)), ValueError, "signs"),
 ])
 def test_errors(call, error, word):
     with pytest.raises(error, match=word):
