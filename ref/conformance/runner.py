@@ -27,7 +27,7 @@ import ref
 from ref.conformance.catalog import Op, discover
 from ref.conformance.implementation import Implementation
 from ref.testing.compare import Comparison
-from ref.testing.golden import Case, Vector, as_output, load_manifest, load_vectors
+from ref.testing.golden import Case, Vector, as_output, load_manifest, load_vectors, same_output
 
 __all__ = ["Entry", "Failure", "OpReport", "Report", "parse_entries", "run"]
 
@@ -159,6 +159,7 @@ class _Judge:
         self.dtypes = impl.accepted_dtypes(op)
         declared = impl.declared(op)
         self.open_axes = [v for v in op.variants if v.latitude and v.name not in declared]
+        self.latitude_choices: dict[str, set] = {}
 
     def runs_oracle(self, v: Vector, params: Mapping[str, str]) -> bool:
         """Whether the oracle takes the vector's inputs with these params (stochastic
@@ -198,6 +199,7 @@ class _Judge:
         """(comparison, acceptable-note): an undeclared latitude axis may match any value."""
         cmp = self.op.compare(expected, actual)
         self._record(cmp)
+        self._note_latitude(case, actual, expected, alternatives)
         if cmp.ok:
             return cmp, None
         for axis in self.open_axes:
@@ -213,6 +215,27 @@ class _Judge:
                     accepted = Comparison(True, cmp.compared, 0, 0.0, cmp.unit, cmp.tolerance)
                     return accepted, f"matches variant {key}"
         return cmp, None
+
+    def _note_latitude(self, case: Case, actual, expected, alternatives) -> None:
+        """Narrow, per undeclared latitude axis, the values consistent with every case
+        that exercises it: an implementation may pick any one value, not a different
+        one per input (NaN to +max for float32 but to +0 for float16, say)."""
+        for axis in self.open_axes:
+            outs = {case.params.get(axis.name): expected}
+            for value in axis.values:
+                if value in outs:
+                    continue
+                if alternatives is not None:
+                    alt = alternatives.get(f"{axis.name}={value}")
+                else:
+                    alt = as_output(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
+                if alt is not None:
+                    outs[value] = alt
+            if all(same_output(o, expected) for o in outs.values()):
+                continue  # this input does not exercise the latitude
+            matching = {v for v, o in outs.items() if self.op.compare(o, actual).ok}
+            before = self.latitude_choices.get(axis.name)
+            self.latitude_choices[axis.name] = matching if before is None else before & matching
 
     def _record(self, cmp: Comparison):
         self.report.unit = self.report.unit or cmp.unit
@@ -501,6 +524,12 @@ def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golde
     if large:
         _run_exhaustive(judge, report, xfails, skips, large=True)
     _run_properties(judge, report, examples, shrink, xfails, skips)
+    for axis, values in judge.latitude_choices.items():
+        if not values:
+            report.failures.append(Failure(
+                "latitude", f"undeclared variant axis {axis!r}", (), {},
+                f"the outputs match different values of {axis!r} on different inputs; the spec leaves the "
+                f"choice open, but one implementation makes one choice (declare it in VARIANTS)"))
     whole_xfail = [e for e in xfails if e.matches(op.name, "*") and e.part == "*"]
     if report.failures:
         report.verdict = "fail"

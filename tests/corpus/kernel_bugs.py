@@ -155,6 +155,12 @@ def narrowing_pack(codes, order="low_first"):
     return pack_fp4(np.asarray(codes).astype(np.uint8), order=order)
 
 
+def nan_policy_by_dtype_encode(x, **params):
+    """No NaN policy declared; float32 NaN gives +max (PTX), other dtypes give +0."""
+    nan = "max" if np.asarray(x).dtype == np.float32 else "zero"
+    return encode(x, "float4_e2m1fn", **{**params, "nan": nan})
+
+
 def pack_without_size_check(codes, order="low_first"):
     if int(np.asarray(codes).max()) > 15:  # crashes on an empty batch
         raise ValueError("code above 15")
@@ -172,6 +178,8 @@ KERNEL_BUGS = {
     "input used as scratch and restored": (_impl("scratch", {_E4: scratch_input_encode}), "layout"),
     "pack narrows its input before validating": (
         _impl("narrowing pack", {"formats.float4_e2m1fn.pack": narrowing_pack}), "InvalidInput"),
+    "a different NaN policy per input dtype": (
+        Implementation("nan by dtype", {"formats.float4_e2m1fn.encode": nan_policy_by_dtype_encode}), "latitude"),
     "raw-memory walk ignores strides": (_impl("raw memory", {"formats.float8_e5m2.encode": raw_memory_encode}),
                                          "layout"),
     "input clipped in place": (_impl("in place", {_E4: in_place_clip_encode}), "in place"),
