@@ -19,7 +19,7 @@ __all__ = ["Flag", "Kind", "Op", "Variant", "discover", "flags", "get_op", "seed
 
 
 # Kinds the runner can judge today; a kind joins with its first real operation.
-RUNNABLE_KINDS = (Kind.EXACT,)
+RUNNABLE_KINDS = (Kind.EXACT, Kind.BOUNDED)
 
 
 def _area_modules() -> Iterable[Any]:
@@ -50,6 +50,8 @@ def _load() -> tuple[dict[str, Op], dict[str, Flag]]:
                 raise ValueError(f"operation {op.name!r} is declared twice")
             if op.kind not in RUNNABLE_KINDS:
                 raise ValueError(f"operation {op.name!r}: the runner has no checker for kind {op.kind.value!r} yet")
+            if op.kind is Kind.BOUNDED and (op.emulate is None or any(v.latitude for v in op.variants)):
+                raise ValueError(f"operation {op.name!r}: a bounded op needs `emulate` and takes no latitude axes")
             ops[op.name] = op
     return ops, notes
 

@@ -9,7 +9,14 @@ An implementation module (or object) provides
             any of its values, reported as an acceptable difference)
   DTYPES    optional: op name or glob -> {input name: [dtype names it accepts]}; valid
             cases with other input dtypes are skipped (invalid vectors always run)
+  PRECISION optional: op name or glob -> "bfloat16" | "float16" | "float32" | "float64",
+            the precision a bounded op is computed at; by default, read from the
+            dtype of its (first) output
   NAME, VERSION  optional, for the report
+
+A callable that raises NotImplementedError for a case (a feature the kernel lacks:
+sinks, soft-capping, an explicit mask) has that vector or example counted as
+skipped, not failed; the report lists how many.
 
 `python -m ref conform --impl package.module[:attribute]` loads one.
 """
@@ -24,6 +31,7 @@ from fnmatch import fnmatchcase
 import numpy as np
 
 from ref.conformance.catalog import Op, discover
+from ref.formats.minifloat import PRECISIONS
 
 __all__ = ["Implementation", "load_implementation"]
 
@@ -36,13 +44,17 @@ class Implementation:
     dtypes: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
     version: str = "unknown"
     source: str = ""
+    precision: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         catalog = discover()
         unknown = sorted(set(self.ops) - set(catalog))
         if unknown:
             raise ValueError(f"ops: {self.name} names operations the catalog does not have: {unknown}")
-        for what, table in (("variants", self.variants), ("dtypes", self.dtypes)):
+        for pattern, value in self.precision.items():
+            if value not in PRECISIONS:
+                raise ValueError(f"precision: {pattern!r} -> expected one of {PRECISIONS}, got {value!r}")
+        for what, table in (("variants", self.variants), ("dtypes", self.dtypes), ("precision", self.precision)):
             for pattern in table:
                 if not any(fnmatchcase(n, pattern) for n in self.ops):
                     raise ValueError(f"{what}: {pattern!r} matches none of {self.name}'s operations")
@@ -69,6 +81,11 @@ class Implementation:
             if fnmatchcase(op.name, pattern):
                 out.update({name: tuple(str(np.dtype(d)) for d in names) for name, names in inputs.items()})
         return out
+
+    def declared_precision(self, op: Op) -> str | None:
+        """The precision declared for `op`, or None (read it from the output)."""
+        found = [value for pattern, value in self.precision.items() if fnmatchcase(op.name, pattern)]
+        return found[-1] if found else None
 
     def supported(self, op: Op) -> dict[str, tuple[str, ...]]:
         """Declared values per axis, the catalog default where nothing is declared."""
@@ -100,6 +117,7 @@ def load_implementation(spec: str) -> Implementation:
         ops=ops,
         variants=getattr(obj, "VARIANTS", {}),
         dtypes=getattr(obj, "DTYPES", {}),
+        precision=getattr(obj, "PRECISION", {}),
         version=str(getattr(obj, "VERSION", "unknown")),
         source=spec,
     )

@@ -24,8 +24,9 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import ref
-from ref.conformance.catalog import Op, discover
+from ref.conformance.catalog import Kind, Op, discover
 from ref.conformance.implementation import Implementation
+from ref.testing.bounded import precision_of, ratio
 from ref.testing.compare import Comparison
 from ref.testing.golden import Case, Vector, as_output, load_manifest, load_vectors, same_output
 
@@ -91,6 +92,7 @@ class OpReport:
     worst: float = 0.0
     tolerance: float = 0.0
     unit: str = ""
+    unsupported: int = 0  # cases the implementation declined with NotImplementedError
     failures: list[Failure] = field(default_factory=list)
     xfailed: list[Failure] = field(default_factory=list)
     acceptable: list[str] = field(default_factory=list)
@@ -160,6 +162,8 @@ class _Judge:
         declared = impl.declared(op)
         self.open_axes = [v for v in op.variants if v.latitude and v.name not in declared]
         self.latitude_choices: dict[str, set] = {}
+        self.precision = impl.declared_precision(op)
+        self._emulated: tuple = ()
 
     def runs_oracle(self, v: Vector, params: Mapping[str, str]) -> bool:
         """Whether the oracle takes the vector's inputs with these params (stochastic
@@ -197,6 +201,10 @@ class _Judge:
 
     def compare(self, case: Case, actual, expected, alternatives: Mapping[str, np.ndarray] | None = None):
         """(comparison, acceptable-note): an undeclared latitude axis may match any value."""
+        if self.op.kind is Kind.BOUNDED:
+            cmp = self._compare_bounded(case, actual, expected)
+            self._record(cmp)
+            return cmp, None
         cmp = self.op.compare(expected, actual)
         self._record(cmp)
         self._note_latitude(case, actual, expected, alternatives)
@@ -215,6 +223,21 @@ class _Judge:
                     accepted = Comparison(True, cmp.compared, 0, 0.0, cmp.unit, cmp.tolerance)
                     return accepted, f"matches variant {key}"
         return cmp, None
+
+    def _compare_bounded(self, case: Case, actual, expected) -> Comparison:
+        """The bounded rule at the candidate's precision (declared, else its output's
+        dtype), against the oracle evaluated at that precision (cached per case)."""
+        first = actual[0] if isinstance(actual, tuple) else actual
+        try:
+            precision = self.precision or precision_of(first)
+        except ValueError as exc:
+            return Comparison(False, 0, 0, np.inf, "abs error", problem=str(exc))
+        key = (repr(sorted(case.params.items())), precision)
+        held = self._emulated
+        if not held or held[0] is not case.inputs or held[1] != key:  # the inputs object is held: no id reuse
+            held = self._emulated = (case.inputs, key, as_output(self.op.emulate(precision, **case.inputs,
+                                                                                 **case.params)))
+        return self.op.compare(expected, actual, held[2], precision)
 
     def _note_latitude(self, case: Case, actual, expected, alternatives) -> None:
         """Narrow, per undeclared latitude axis, the values consistent with every case
@@ -238,6 +261,10 @@ class _Judge:
             self.latitude_choices[axis.name] = matching if before is None else before & matching
 
     def _record(self, cmp: Comparison):
+        if self.op.kind is Kind.BOUNDED:  # the worst error as a fraction of its bound
+            self.report.unit, self.report.tolerance = "of tolerance", 1.0
+            self.report.worst = max(self.report.worst, ratio(cmp) if cmp.ok else max(ratio(cmp), 1.0))
+            return
         self.report.unit = self.report.unit or cmp.unit
         self.report.tolerance = cmp.tolerance
         if not cmp.ok:
@@ -339,6 +366,8 @@ def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfa
         failure = None
         for i, (case, expected) in enumerate(runs):
             failure, output = _check_vector(judge, v, case, expected, layouts=i == 0)
+            if failure is UNSUPPORTED:
+                break
             if failure:
                 break
             if held is not None and _snapshot(held[1]) != held[2]:
@@ -346,7 +375,15 @@ def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfa
                                   f"its output changed while vector {v.id} ran (results share a buffer)")
                 break
             held = (v, output, _snapshot(output)) if output is not None else held
+        if failure is UNSUPPORTED:
+            report.vectors_run -= 1
+            report.vectors_skipped += 1
+            report.unsupported += 1
+            continue
         _settle(report, failure, judge.op.name, part, xfails, v.flags)
+
+
+UNSUPPORTED = Failure("", "", (), {}, "NotImplementedError")  # a case the implementation declines
 
 
 def _check_vector(judge: _Judge, v: Vector, case: Case, expected, *, layouts: bool = True):
@@ -363,6 +400,8 @@ def _check_vector(judge: _Judge, v: Vector, case: Case, expected, *, layouts: bo
         label = "" if layout == "C" else f" (inputs in {layout} layout)"
         try:
             actual = judge.call(case, layout)
+        except NotImplementedError:
+            return UNSUPPORTED, None
         except Exception as exc:  # a crash on a valid input is a failure, reported as such
             return Failure(where, v.comment + label, v.flags, dict(case.params), f"raised {_short(exc)}"), None
         cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
@@ -406,13 +445,17 @@ def _run_exhaustive(judge: _Judge, report: OpReport, xfails, skips, *, large: bo
     for i, case in enumerate(source(judge.supported), start=1):
         if not judge.accepts(case):
             continue
-        report.exhaustive_cases += 1
         where = f"{part} case {i}"
         try:
             actual = judge.call(case)
+        except NotImplementedError:
+            report.unsupported += 1
+            continue
         except Exception as exc:  # a crash on a valid input is a failure
+            report.exhaustive_cases += 1
             failure = Failure(where, f"{part} sweep", (), dict(case.params), f"raised {_short(exc)}")
             break
+        report.exhaustive_cases += 1
         cmp, note = judge.compare(case, actual, judge.expected(case))
         if note:
             report.acceptable.append(f"{where}: {note}")
@@ -447,12 +490,16 @@ def _run_properties(judge: _Judge, report: OpReport, examples: int, shrink: bool
         case = data.draw(judge.op.examples(judge.supported), label="case")
         assume(judge.accepts(case))
         layout = data.draw(st.sampled_from(_layouts(case)), label="layout")
-        last["count"] = last.get("count", 0) + 1
         try:
             actual = judge.call(case, layout)
+        except NotImplementedError:
+            last["unsupported"] = last.get("unsupported", 0) + 1
+            assume(False)
         except Exception as exc:  # a crash on a valid input is a failure
+            last["count"] = last.get("count", 0) + 1
             last["failure"] = (case, layout, f"raised {_short(exc)}")
             raise AssertionError("raised") from exc
+        last["count"] = last.get("count", 0) + 1
         cmp, note = judge.compare(case, actual, judge.expected(case))
         if note:
             report.acceptable.append(f"property: {note}")
@@ -468,6 +515,7 @@ def _run_properties(judge: _Judge, report: OpReport, examples: int, shrink: bool
         failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}, {layout} layout", (),
                           dict(case.params), detail)
     report.examples += last.get("count", 0)
+    report.unsupported += last.get("unsupported", 0)
     _settle(report, failure, judge.op.name, "properties", xfails)
 
 
@@ -530,8 +578,13 @@ def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golde
                 "latitude", f"undeclared variant axis {axis!r}", (), {},
                 f"the outputs match different values of {axis!r} on different inputs; the spec leaves the "
                 f"choice open, but one implementation makes one choice (declare it in VARIANTS)"))
+    if report.unsupported:
+        report.notes.append(f"{report.unsupported} cases declined with NotImplementedError (features not provided)")
     whole_xfail = [e for e in xfails if e.matches(op.name, "*") and e.part == "*"]
-    if report.failures:
+    checked = report.vectors_run + report.examples + report.exhaustive_cases
+    if report.unsupported and not checked and not report.failures:
+        report.verdict = "skipped"
+    elif report.failures:
         report.verdict = "fail"
     elif whole_xfail and not report.xfailed:
         report.verdict = "fail"

@@ -3,6 +3,7 @@
 from ref.formats.minifloat import (
     FORMATS,
     NATIVE_FORMATS,
+    PRECISIONS,
     FloatFormat,
     NanEncoding,
     NanPolicy,
@@ -12,12 +13,14 @@ from ref.formats.minifloat import (
     decode,
     encode,
     get_format,
+    round_to,
 )
 from ref.formats.packing import pack_fp4, unpack_fp4
 
 __all__ = [
     "FORMATS",
     "NATIVE_FORMATS",
+    "PRECISIONS",
     "FloatFormat",
     "NanEncoding",
     "NanPolicy",
@@ -28,5 +31,6 @@ __all__ = [
     "encode",
     "get_format",
     "pack_fp4",
+    "round_to",
     "unpack_fp4",
 ]

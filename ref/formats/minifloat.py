@@ -42,6 +42,7 @@ __all__ = [
     "FORMATS",
     "FloatFormat",
     "NATIVE_FORMATS",
+    "PRECISIONS",
     "NanEncoding",
     "NanPolicy",
     "NegativePolicy",
@@ -50,6 +51,7 @@ __all__ = [
     "decode",
     "encode",
     "get_format",
+    "round_to",
 ]
 
 
@@ -545,3 +547,23 @@ def decode(codes: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.float32]:
     value = np.where(f.is_nan_code(codes), np.nan, value)
     value = np.where(negative, -value, value)
     return value.astype(np.float32)
+
+
+PRECISIONS = ("float64", "float32", "float16", "bfloat16")
+
+
+def round_to(x: ArrayLike, precision: str) -> NDArray[np.float64]:
+    """`x` rounded to nearest-even in `precision` (one of PRECISIONS), as float64.
+
+    The values a kernel holds when it stores `x` at that precision: float32 by
+    NumPy's IEEE cast, float16 and bfloat16 by this module's codec (overflow to
+    +-Inf, as IEEE 754 says). float64 returns a float64 copy.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    x = np.asarray(x, dtype=np.float64)
+    if precision == "float64":
+        return x.copy()
+    if precision == "float32":
+        return x.astype(np.float32).astype(np.float64)
+    return decode(encode(x, precision), precision).astype(np.float64)

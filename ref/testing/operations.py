@@ -62,7 +62,8 @@ class Op:
     callable takes the same keywords. examples(supported) draws `Case`s whose params
     use only the variant values an implementation supports; exhaustive(supported)
     yields deterministic cases run before the random ones; large(supported) yields
-    cases past 2^24 elements, run on request (`conform --large`).
+    cases past 2^24 elements, run on request (`conform --large`). A bounded op also
+    has `emulate`, and its `compare` takes (expected, actual, emulated, precision).
     """
 
     name: str
@@ -78,6 +79,9 @@ class Op:
     exhaustive: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
     outputs: tuple[str, ...] = ()  # names, for an oracle that returns a tuple
     large: Callable[[Mapping[str, Sequence[str]]], Iterable[Case]] | None = None
+    # Bounded ops: emulate(precision, **inputs, **params) is the oracle evaluated at a
+    # kernel's precision; compare(expected, actual, emulated, precision) judges by it.
+    emulate: Callable[..., Any] | None = None
 
     @property
     def seed(self) -> int:

@@ -1,0 +1,318 @@
+"""Rotary position embedding (RoPE), the definition: float64, one rotation per pair.
+
+RoFormer (arXiv 2104.09864). Each head vector x [D] at integer position m has its
+first r = rotary_dim dims split into r/2 pairs (a_i, b_i), i = 0..r/2-1; pair i
+turns by the angle m * inv_freq[i]:
+
+    inv_freq[i] = base^(-2i/r)                      (then rescaled, see `scaling`)
+    theta_i     = m * inv_freq[i]
+    a_i'        = a_i cos(theta_i) - b_i sin(theta_i)
+    b_i'        = b_i cos(theta_i) + a_i sin(theta_i)
+    dims r..D-1 pass through unchanged (partial rotary: GPT-NeoX, GPT-J, Phi)
+
+so <rope(q, m), rope(k, n)> depends on q, k and n - m only.
+
+Which dims form pair i is the `style` (strings, as everywhere in the catalog):
+    "neox"  (a_i, b_i) = (x[i], x[i + r/2]), "rotate half": GPT-NeoX, Llama and
+            Qwen in Hugging Face transformers, gpt-oss, vLLM's is_neox_style=True
+    "gptj"  (a_i, b_i) = (x[2i], x[2i + 1]), interleaved: GPT-J, Meta's Llama
+            reference code, DeepSeek-V2/V3 reference inference code
+
+`scaling` is a Hugging Face `rope_scaling` mapping ("rope_type", or its old name
+"type"): "default", "linear" (inv_freq / factor), "llama3" (Llama 3.1, arXiv
+2407.21783) or "yarn" (arXiv 2309.00071, NTK-by-parts plus an attention factor);
+see `rope_frequencies` for the formulas. YaRN's attention factor multiplies cos and
+sin (`attention_factor="cos_sin"`, Hugging Face, gpt-oss) or is left to the caller
+(`"none"`: DeepSeek-V3 folds mscale^2 into the softmax scale instead).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ref.formats.minifloat import PRECISIONS, round_to
+
+__all__ = [
+    "ATTENTION_FACTORS",
+    "ROPE_STYLES",
+    "ROPE_TYPES",
+    "apply_rope",
+    "apply_rope_emulated",
+    "rope_frequencies",
+    "yarn_mscale",
+]
+
+ROPE_STYLES = ("neox", "gptj")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ATTENTION_FACTORS = ("cos_sin", "none")
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+# rope_scaling keys per rope_type: (required, optional); "rope_type"/"type" not listed.
+_KEYS = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")),
+}
+
+
+def _real(value, name: str, *, positive: bool = True) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise ValueError(f"{name}: expected a finite {'positive ' if positive else ''}number, got {value}")
+    return value
+
+
+def _rotary_dim(rotary_dim, d: int | None = None) -> int:
+    if isinstance(rotary_dim, (bool, np.bool_)) or not isinstance(rotary_dim, (int, np.integer)):
+        raise TypeError(f"rotary_dim: expected an integer, got {type(rotary_dim).__name__} {rotary_dim!r}")
+    r = int(rotary_dim)
+    if r < 0 or r % 2:
+        raise ValueError(f"rotary_dim: expected an even integer >= 0, got {r}")
+    if d is not None and r > d:
+        raise ValueError(f"rotary_dim: expected at most the head dim D = {d}, got {r}")
+    return r
+
+
+def _scaling(scaling) -> tuple[str, dict]:
+    """The rope_type and the checked keys of a rope_scaling mapping."""
+    if scaling is None:
+        return "default", {}
+    if not isinstance(scaling, Mapping):
+        raise TypeError(f"scaling: expected a Hugging Face rope_scaling mapping or None, got {type(scaling).__name__}")
+    cfg = {key: value for key, value in scaling.items() if value is not None}  # None means absent, as in HF
+    kind = cfg.pop("rope_type", None)
+    old = cfg.pop("type", None)
+    if kind is not None and old is not None and kind != old:
+        raise ValueError(f"rope_type: scaling gives rope_type {kind!r} and its old name type {old!r}")
+    kind = kind if kind is not None else old
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope_type: expected one of {ROPE_TYPES}, got {kind!r}")
+    required, optional = _KEYS[kind]
+    for key in required:
+        if key not in cfg:
+            raise ValueError(f"{key}: rope_type {kind!r} needs scaling[{key!r}], got {sorted(scaling)}")
+    unknown = sorted(set(cfg) - set(required) - set(optional))
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a key of rope_type {kind!r}; expected {required + optional}")
+    return kind, cfg
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature sqrt(1/t) = 0.1 * mscale * ln(factor) + 1 (1 for factor <= 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _llama3(inv_freq, cfg):
+    factor = _real(cfg["factor"], "factor")
+    low = _real(cfg["low_freq_factor"], "low_freq_factor")
+    high = _real(cfg["high_freq_factor"], "high_freq_factor")
+    orig = _real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
+    if high <= low:
+        raise ValueError(f"high_freq_factor: expected more than low_freq_factor = {low}, got {high}")
+    wavelen = 2 * math.pi / inv_freq
+    low_freq_wavelen, high_freq_wavelen = orig / low, orig / high
+    smooth = (orig / wavelen - low) / (high - low)
+    # Hugging Face's and Meta's comparisons: strict at both ends, so a wavelength equal
+    # to either bound is "medium" (smooth is 0 or 1 there: the three pieces meet).
+    medium = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    out = np.where(wavelen > low_freq_wavelen, inv_freq / factor, medium)
+    return np.where(wavelen < high_freq_wavelen, inv_freq, out)
+
+
+def _yarn(inv_freq, r, base, cfg):
+    factor = _real(cfg["factor"], "factor")
+    orig = _real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
+    beta_fast = _real(cfg.get("beta_fast", 32.0), "beta_fast")
+    beta_slow = _real(cfg.get("beta_slow", 1.0), "beta_slow")
+    if beta_fast < beta_slow:
+        raise ValueError(f"beta_fast: expected at least beta_slow = {beta_slow}, got {beta_fast}")
+    truncate = cfg.get("truncate", True)
+    if not isinstance(truncate, (bool, np.bool_)):
+        raise TypeError(f"truncate: expected a bool, got {type(truncate).__name__} {truncate!r}")
+
+    # The pair index whose wavelength makes `rotations` turns over the original context.
+    def correction_dim(rotations):
+        return r * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, r - 1)  # r - 1, not r/2 - 1: as Hugging Face and DeepSeek clamp
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(r // 2) - low) / (high - low), 0.0, 1.0)  # 0: extrapolate, 1: interpolate
+    extrapolation = 1.0 - ramp
+    return inv_freq / factor * (1 - extrapolation) + inv_freq * extrapolation
+
+
+def _yarn_attention_factor(cfg) -> float:
+    factor = _real(cfg["factor"], "factor")
+    if "attention_factor" in cfg:
+        return _real(cfg["attention_factor"], "attention_factor")
+    mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
+    if mscale and mscale_all_dim:  # both given and non-zero: DeepSeek's ratio
+        mscale, mscale_all_dim = _real(mscale, "mscale"), _real(mscale_all_dim, "mscale_all_dim")
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+    return yarn_mscale(factor)
+
+
+def rope_frequencies(
+    rotary_dim: int, *, base: float = 10000.0, scaling: Mapping | None = None
+) -> tuple[NDArray[np.float64], float]:
+    """inv_freq [rotary_dim // 2] (float64) and the attention factor (1.0 unless YaRN).
+
+    inv_freq[i] = base^(-2i/r), i = 0..r/2-1, then by `scaling["rope_type"]`:
+
+    linear   inv_freq / factor
+    llama3   wavelen = 2 pi / inv_freq, L0 = original_max_position_embeddings,
+             wavelen < L0 / high_freq_factor          unchanged
+             wavelen > L0 / low_freq_factor           inv_freq / factor
+             otherwise, smooth = (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor),
+                                                      ((1 - smooth) / factor + smooth) * inv_freq
+    yarn     d(n) = r ln(L0 / (2 pi n)) / (2 ln base), the pair making n turns in L0;
+             low = floor(d(beta_fast)), high = ceil(d(beta_slow)) (no floor/ceil if
+             truncate is False), clamped to [0, r - 1]; high += 0.001 if low == high;
+             ramp_i = clip((i - low) / (high - low), 0, 1);
+             inv_freq * (1 - ramp_i) + inv_freq / factor * ramp_i
+             defaults beta_fast 32, beta_slow 1, truncate True.
+
+    YaRN's attention factor: scaling["attention_factor"] if given; else
+    mscale(s, mscale) / mscale(s, mscale_all_dim) when both are given and non-zero
+    (DeepSeek); else mscale(s) = 0.1 ln s + 1 (1 for s <= 1), s = factor.
+    """
+    r = _rotary_dim(rotary_dim)
+    base = _real(base, "base")
+    if base <= 1:
+        raise ValueError(f"base: expected a number > 1, got {base}")
+    kind, cfg = _scaling(scaling)
+    inv_freq = base ** (-np.arange(0, r, 2, dtype=np.float64) / r) if r else np.zeros(0)
+    if kind == "linear":
+        return inv_freq / _real(cfg["factor"], "factor"), 1.0
+    if kind == "llama3":
+        return _llama3(inv_freq, cfg), 1.0
+    if kind == "yarn":
+        return _yarn(inv_freq, r, base, cfg), _yarn_attention_factor(cfg)
+    return inv_freq, 1.0
+
+
+def _check(x, positions, rotary_dim, style, attention_factor):
+    """x as a float64 array, positions broadcast to its token shape, r."""
+    arr = np.asarray(x)
+    if arr.dtype.name not in _FLOATS:
+        raise TypeError(f"x: expected one of {_FLOATS}, got {arr.dtype}")
+    if arr.ndim < 2:
+        raise ValueError(f"x: expected [*S, H, D] (at least 2 dimensions), got shape {arr.shape}")
+    pos = np.asarray(positions)
+    if pos.dtype.kind not in "iu":
+        raise TypeError(f"positions: expected an integer array, got {pos.dtype}")
+    tokens = arr.shape[:-2]
+    try:
+        pos = np.broadcast_to(pos, tokens)
+    except ValueError:
+        raise ValueError(f"positions: expected a shape broadcastable to the token shape S = {tokens} of "
+                         f"x [*S, H, D] = {arr.shape}, got {pos.shape}") from None
+    if pos.size and pos.min() < 0:
+        raise ValueError(f"positions: expected token indices >= 0, got minimum {pos.min()}")
+    d = arr.shape[-1]
+    r = d if rotary_dim is None else _rotary_dim(rotary_dim, d)
+    if r % 2:
+        raise ValueError(f"rotary_dim: the default is the head dim D = {d}, which is odd; pass an even rotary_dim")
+    if style not in ROPE_STYLES:
+        raise ValueError(f"style: expected one of {ROPE_STYLES}, got {style!r}")
+    if attention_factor not in ATTENTION_FACTORS:
+        raise ValueError(f"attention_factor: expected one of {ATTENTION_FACTORS}, got {attention_factor!r}")
+    return arr.astype(np.float64), pos, r
+
+
+def _pair_index(r: int, style: str) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """The dims of a_i and b_i for i = 0..r/2-1."""
+    i = np.arange(r // 2)
+    return (i, i + r // 2) if style == "neox" else (2 * i, 2 * i + 1)
+
+
+def apply_rope(
+    x: ArrayLike,
+    positions: ArrayLike,
+    *,
+    rotary_dim: int | None = None,
+    base: float = 10000.0,
+    style: str = "neox",
+    scaling: Mapping | None = None,
+    attention_factor: str = "cos_sin",
+) -> NDArray[np.float64]:
+    """x rotated by its positions, in float64.
+
+    x [*S, H, D] (float16, bfloat16, float32 or float64); positions: integer token
+    indices >= 0, broadcastable to S (x [B, L, H, D] with positions [B, L] or [L];
+    x [T, H, D] with positions [T]). The first rotary_dim dims of each head rotate
+    (default D; even, <= D; 0 is the identity); the rest pass through. Returns
+    [*S, H, D] float64. Non-finite inputs follow IEEE arithmetic of the formula: an
+    Inf in a pair makes its partner NaN wherever the Inf is multiplied by sin = 0.
+    """
+    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor)
+    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling)
+    theta = pos[..., None].astype(np.float64) * inv_freq  # [*S, r/2]
+    cos, sin = np.cos(theta)[..., None, :], np.sin(theta)[..., None, :]  # [*S, 1, r/2]
+    if attention_factor == "cos_sin":
+        cos, sin = cos * factor, sin * factor
+    ia, ib = _pair_index(r, style)
+    a, b = xf[..., ia], xf[..., ib]  # [*S, H, r/2]
+    out = xf.copy()
+    with np.errstate(invalid="ignore"):
+        out[..., ia] = a * cos - b * sin
+        out[..., ib] = b * cos + a * sin
+    return out
+
+
+def apply_rope_emulated(
+    x: ArrayLike,
+    positions: ArrayLike,
+    precision: str,
+    *,
+    rotary_dim: int | None = None,
+    base: float = 10000.0,
+    style: str = "neox",
+    scaling: Mapping | None = None,
+    attention_factor: str = "cos_sin",
+) -> NDArray[np.float64]:
+    """`apply_rope` as a kernel at `precision` computes it (values returned as float64).
+
+    x rounded to `precision`; inv_freq held in float32 (the float64 inv_freq rounded
+    once); angle = float32(position) * inv_freq in float32; cos and sin of that
+    float32 angle rounded to float32 (times the attention factor, rounded, under
+    "cos_sin"); a cos, b sin and their difference or sum each rounded to float32
+    (no FMA); the output rounded to `precision`. At "float64" it is `apply_rope`.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    options = dict(rotary_dim=rotary_dim, base=base, style=style, scaling=scaling, attention_factor=attention_factor)
+    if precision == "float64":
+        return apply_rope(x, positions, **options)
+    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor)
+    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling)
+
+    def f32(v):
+        return round_to(v, "float32")
+
+    theta = f32(f32(pos.astype(np.float64))[..., None] * f32(inv_freq))  # [*S, r/2]
+    cos, sin = f32(np.cos(theta))[..., None, :], f32(np.sin(theta))[..., None, :]  # [*S, 1, r/2]
+    if attention_factor == "cos_sin":
+        cos, sin = f32(cos * f32(factor)), f32(sin * f32(factor))
+    xr = round_to(xf, precision)
+    ia, ib = _pair_index(r, style)
+    a, b = xr[..., ia], xr[..., ib]
+    out = xr.copy()
+    # float64 holds the product of two float32 values exactly, and a float64 sum of two
+    # float32 values rounded to float32 is their float32 sum (53 >= 2 * 24 + 2 bits).
+    with np.errstate(invalid="ignore"):
+        out[..., ia] = round_to(f32(f32(a * cos) - f32(b * sin)), precision)
+        out[..., ib] = round_to(f32(f32(b * cos) + f32(a * sin)), precision)
+    return out
