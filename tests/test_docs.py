@@ -34,7 +34,7 @@ PUBLIC = {
     "formats.md": ["ref.formats", "ref.formats.mx", "ref.formats.nvfp4", "ref.formats.intgroup",
                    "ref.formats.layouts", "ref.formats.fakequant", "ref.formats.packing"],
     "conformance.md": ["ref.testing.compare", "ref.testing.ulp", "ref.testing.strategies", "ref.testing.golden",
-                       "ref.testing.profiles", "ref.testing.operations", "ref.conformance.adapters",
+                       "ref.testing.profiles", "ref.testing.operations", "ref.testing.bounded", "ref.conformance.adapters",
                        "ref.conformance.runner", "ref.conformance.implementation"],
 }
 

@@ -202,10 +202,10 @@ def attend(
                 lse_base=lse_base, masked_lse=masked_lse)
 
 
-def _run(q, k, v, *, sinks, mask, scale, causal, window_left, window_right, sink_tokens, softcap, sink_in_lse,
-         lse_base, masked_lse, work=np.float64, rnd=None):
-    """Check the arguments, build the visible-key mask and compute (see `_attention`);
-    `rnd` also rounds q, k, v and the sinks first."""
+def _setup(q, k, v, *, sinks, mask, scale, causal, window_left, window_right, sink_tokens, softcap, sink_in_lse,
+           lse_base, masked_lse):
+    """Check every argument; returns float64 q, k, v, sinks, the scale, the cap and
+    the visible-key mask [B, Hq, Lq, Lk]."""
     q, k, v, sinks, scale, softcap = _check(q, k, v, sinks, scale, softcap)
     _choice(sink_in_lse, "sink_in_lse", SINK_IN_LSE)
     _choice(lse_base, "lse_base", LSE_BASES)
@@ -216,17 +216,27 @@ def _run(q, k, v, *, sinks, mask, scale, causal, window_left, window_right, sink
                            sink_tokens=sink_tokens)[None, None]
     if mask is not None:
         visible = visible & _mask(mask, b, hq, lq, lk)
-    visible = np.broadcast_to(visible, (b, hq, lq, lk))
+    return q, k, v, sinks, scale, softcap, np.broadcast_to(visible, (b, hq, lq, lk))
 
-    if rnd is not None:
-        q, k, v = rnd(q), rnd(k), rnd(v)
-        sinks = None if sinks is None else rnd(sinks)
-    out, lse = _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, work=work, rnd=rnd)
+
+def _finish_lse(lse, *, lse_base, masked_lse):
+    """The LSE variants: +inf for a row with no key (FA2), base 2 (FlashInfer)."""
     if masked_lse == "+inf":
         lse = np.where(lse == -np.inf, np.inf, lse)
     if lse_base == "2":
         lse = lse * _LOG2E
-    return out, lse
+    return lse
+
+
+def _run(q, k, v, *, work=np.float64, rnd=None, **options):
+    """Check the arguments, build the visible-key mask and compute (see `_attention`);
+    `rnd` also rounds q, k, v and the sinks first."""
+    q, k, v, sinks, scale, softcap, visible = _setup(q, k, v, **options)
+    if rnd is not None:
+        q, k, v = rnd(q), rnd(k), rnd(v)
+        sinks = None if sinks is None else rnd(sinks)
+    out, lse = _attention(q, k, v, sinks, visible, scale, softcap, options["sink_in_lse"], work=work, rnd=rnd)
+    return out, _finish_lse(lse, lse_base=options["lse_base"], masked_lse=options["masked_lse"])
 
 
 def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.float64, rnd=None):
@@ -238,7 +248,7 @@ def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.
     q, k, v = q.astype(work), k.astype(work), v.astype(work)
     sinks = None if sinks is None else sinks.astype(work)
     g = hq // hkv
-    qg = q.reshape(b, lq, hkv, g, -1).transpose(0, 2, 3, 1, 4)  # [B, Hkv, G, Lq, D]
+    qg = q.reshape(b, lq, hkv, g, q.shape[3]).transpose(0, 2, 3, 1, 4)  # [B, Hkv, G, Lq, D]
     kt = k.transpose(0, 2, 3, 1)[:, :, None]  # [B, Hkv, 1, D, Lk]
     s = (qg @ kt).reshape(b, hq, lq, lk) * work(scale)
     if softcap > 0:

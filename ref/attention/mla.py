@@ -119,6 +119,7 @@ def split_kv_b(w_kv_b: ArrayLike, n_heads: int, qk_nope_head_dim: int) -> tuple[
 def _rotate(x, positions, style, base, scaling):
     if style not in ROPE_STYLES:
         raise ValueError(f"rope_style: expected one of {ROPE_STYLES}, got {style!r}")
+    _rope_type(scaling)  # a type error here names rope_scaling
     return apply_rope(x, positions, base=base, style=style, scaling=scaling, attention_factor="none")
 
 
@@ -151,14 +152,16 @@ def _positions(lq: int, lk: int):
     return np.arange(lq) + (lk - lq), np.arange(lk)
 
 
-def mla_naive(q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal: bool = False, scale: float | None = None,
+def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
+              causal: bool = False, scale: float | None = None,
               rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
               rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with keys and values decompressed per head (DeepSeek's `attn_impl="naive"`).
 
     q_nope [B, Lq, H, dn], q_pe [B, Lq, H, dr] (before RoPE), c_kv [B, Lk, r] (the
     normed latent), k_pe [B, Lk, dr] (before RoPE, one for all heads), w_kv_b
-    [H * (dn + dv), r]. Returns out [B, Lq, H, dv] and lse [B, H, Lq] (natural log).
+    [H * (dn + dv), r]. scale defaults to deepseek_softmax_scale(dn + dr, rope_scaling).
+    Returns out [B, Lq, H, dv] and lse [B, H, Lq] (natural log).
     """
     q_nope, q_pe, c_kv, k_pe, (w_uk, w_uv) = _check(q_nope, q_pe, c_kv, k_pe, w_kv_b)
     b, lq, h, dn = q_nope.shape
@@ -174,7 +177,8 @@ def mla_naive(q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal: bool = False, scale: 
     return attend(q, k, v, scale=scale, causal=causal)
 
 
-def mla_absorbed(q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal: bool = False, scale: float | None = None,
+def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
+                 causal: bool = False, scale: float | None = None,
                  rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
                  rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with W^UK folded into the query and W^UV applied after attention
@@ -195,8 +199,9 @@ def mla_absorbed(q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal: bool = False, scal
     return np.einsum("bqhr,hvr->bqhv", o_latent, w_uv), lse
 
 
-def absorb_query(q_nope, q_pe, w_kv_b, positions, *, rope_base: float = 10000.0,
-                 rope_scaling: Mapping | None = None, rope_style: str = "gptj") -> NDArray[np.float64]:
+def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, positions: ArrayLike, *,
+                 rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+                 rope_style: str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's query: [(W^UK_h)^T q^C ; R_p q^R] -> [B, Lq, H, r + dr] (576 for DeepSeek).
 
     q_nope [B, Lq, H, dn], q_pe [B, Lq, H, dr] (before RoPE), w_kv_b [H * (dn + dv), r],
@@ -210,8 +215,8 @@ def absorb_query(q_nope, q_pe, w_kv_b, positions, *, rope_base: float = 10000.0,
     return np.concatenate([q_latent, _rotate(q_pe, positions, rope_style, rope_base, rope_scaling)], axis=-1)
 
 
-def latent_cache(c_kv, k_pe, positions, *, rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
-                 rope_style: str = "gptj") -> NDArray[np.float64]:
+def latent_cache(c_kv: ArrayLike, k_pe: ArrayLike, positions: ArrayLike, *, rope_base: float = 10000.0,
+                 rope_scaling: Mapping | None = None, rope_style: str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's cache entries [c ; R_p k^R] -> [B, Lk, 1, r + dr] (one KV head).
 
     c_kv [B, Lk, r], k_pe [B, Lk, dr] (before RoPE), positions broadcastable to [B, Lk].
@@ -223,7 +228,7 @@ def latent_cache(c_kv, k_pe, positions, *, rope_base: float = 10000.0, rope_scal
     return np.concatenate([c_kv[:, :, None, :], k_rot], axis=-1)
 
 
-def flashmla_attend(q, kv, *, dv: int = 512, scale: float | None = None,
+def flashmla_attend(q: ArrayLike, kv: ArrayLike, *, dv: int = 512, scale: float | None = None,
                     causal: bool = False) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """FlashMLA's decode attention: keys are the cache entries, values their first dv values.
 
@@ -238,7 +243,7 @@ def flashmla_attend(q, kv, *, dv: int = 512, scale: float | None = None,
     return attend(q, kv, kv[..., :dv], scale=scale, causal=causal)
 
 
-def unabsorb_output(o_latent, w_kv_b, *, v_head_dim: int) -> NDArray[np.float64]:
+def unabsorb_output(o_latent: ArrayLike, w_kv_b: ArrayLike, *, v_head_dim: int) -> NDArray[np.float64]:
     """o_{i,h} = W^UV_h o^L_{i,h}: o_latent [B, Lq, H, r] -> [B, Lq, H, dv]."""
     o_latent = _floats(o_latent, "o_latent", 4)
     h, r = o_latent.shape[2], o_latent.shape[3]

@@ -105,8 +105,8 @@ def compare_bounded(
                           problem=None)
     if not finite.any():
         return Comparison(True, e.size, 0, 0.0, unit, 0.0, part=part)
-    err_a = np.where(finite, np.abs(a - e), 0.0)
     with np.errstate(invalid="ignore"):
+        err_a = np.where(finite, np.abs(a - e), 0.0)
         err_m = float(np.max(np.where(finite, np.abs(m - e), 0.0)))
     top = float(np.max(np.abs(e[finite])))
     scale = top if bound.scale == "relative" else max(1.0, top)

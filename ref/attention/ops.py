@@ -1,0 +1,413 @@
+"""Catalog declarations of the attention area (all of the bounded kind).
+
+  attention.attend          q [B,Lq,Hq,D], k [B,Lk,Hkv,D], v [B,Lk,Hkv,Dv] [, sinks [Hq], mask]
+                            -> (out [B,Lq,Hq,Dv], lse [B,Hq,Lq])
+  attention.attend_varlen   q [Tq,Hq,D], k [Tk,Hkv,D], v [Tk,Hkv,Dv], cu_seqlens_q, cu_seqlens_k [, sinks]
+                            -> (out [Tq,Hq,Dv], lse [Hq,Tq])
+  attention.merge_states    (o_a [N,H,Dv], lse_a [N,H], o_b, lse_b) -> (o, lse)
+
+Configuration that is a number or a switch (scale, causal, window edges, sink
+tokens, softcap) travels in a vector's params beside the variant axes, so every
+language reads it from the JSON. Vector inputs hold values exact in both bfloat16
+and float16 (stored as float32): a kernel at either precision sees the same
+numbers, and the bounded rule measures its arithmetic, not a conversion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ref.attention import attend as _attend
+from ref.attention import emulate, flash
+from ref.formats.minifloat import round_to
+from ref.testing.bounded import Bound, compare_bounded_parts
+from ref.testing.golden import Case, VectorSpec
+from ref.testing.operations import Flag, Kind, Op, Variant, seed_for
+
+FLAGS = {
+    "CausalAlignment": Flag("causal mask aligned top-left when Lq != Lk (PyTorch SDPA's is_causal)",
+                            "a decode or chunked-prefill query sees too few keys: wrong output on every row"),
+    "LargeLogits": Flag("softmax without subtracting the row maximum",
+                        "exp overflows at large logits: Inf or NaN outputs"),
+    "GroupMapping": Flag("GQA query head h mapped to KV head h % Hkv (interleaved) instead of h // (Hq/Hkv)",
+                         "query heads read another head's keys and values"),
+    "Scale": Flag("softmax scale 1/D instead of 1/sqrt(D), or the scale applied twice or not at all",
+                  "attention too flat or too sharp on every row"),
+    "Softcap": Flag("soft-capping applied after masking, or cap*tanh(s) without dividing by the cap",
+                    "masked keys get weight exp(-cap): future tokens leak into the output"),
+    "LearnableSink": Flag("the per-head sink logit scaled, given a value, or left out of the normalizer",
+                          "rows are normalized to 1 although the sink should absorb probability"),
+    "SinkInLse": Flag("the sink counted in the LSE where the declared variant excludes it, or the reverse",
+                      "merging partials or the backward pass uses a normalizer off by the sink's mass"),
+    "EmptyRow": Flag("a query row that sees no key divides 0 by 0 or spreads uniform weight",
+                     "NaN or a mean of all values where the defined output is 0 and the LSE -inf"),
+    "Window": Flag("a sliding-window edge off by one (W keys versus W+1) or aligned top-left",
+                   "one key too many or too few at the edge of every row's window"),
+    "SinkTokens": Flag("attention-sink tokens exempted from causality or the right edge too, or not at all",
+                       "rows see future sink tokens, or lose the first tokens a streaming model needs"),
+    "ExplicitMask": Flag("an explicit boolean mask inverted, broadcast over the wrong axis, or ignored",
+                         "rows attend exactly the keys they should not"),
+    "HeadDim": Flag("head dims other than 64/128 (192, 256, 576, Dv != D) mishandled",
+                    "MLA-sized or large heads read out of bounds or drop the tail dimensions"),
+    "Varlen": Flag("a packed batch with positions or causal alignment not reset per sequence",
+                   "sequences after the first attend across their boundary or misalign their mask"),
+    "MaskedLse": Flag("FlashAttention-2's +inf LSE of an empty row passed on unmapped",
+                      "a downstream merge reads an empty partial as a dominant one"),
+    "MergeShift": Flag("partials merged without subtracting the larger LSE first",
+                       "exp(lse) overflows for large logits: Inf or NaN merged outputs"),
+    "EmptyPartial": Flag("an empty partial (lse -inf) merged by the plain formula",
+                         "-inf - -inf = NaN poisons the merged row"),
+    "NaN": Flag("NaN input not propagated",
+                "NaN silently becomes a finite value and hides a divergence"),
+    "EmptyInput": Flag("empty or 0-d arrays crash (a reduction over no elements) or change shape",
+                       "a zero-token batch or a scalar brings down the kernel or comes back reshaped"),
+    "InvalidInput": Flag("bad input accepted silently",
+                         "a wrong dtype or shape is reinterpreted instead of rejected"),
+    "Random": Flag("any bug the curated vectors miss",
+                   "random values across the format's range"),
+}
+
+_SPEC = "spec/attention.md"
+OUT_BOUND = Bound(k=2.0, floor=2.0, scale="relative")
+LSE_BOUND = Bound(k=2.0, floor=2.0, scale="absolute")
+BOUNDS = {"out": OUT_BOUND, "lse": LSE_BOUND, "o": OUT_BOUND}
+
+# The LSE's base (FlashInfer: 2) and FlashAttention-2's +inf for an empty row are
+# options of the oracles, not catalog axes: an adapter converts (lse_from_base2).
+VARIANTS = (
+    Variant("sink_in_lse", _attend.SINK_IN_LSE, "included",
+            "whether the learnable sink's term is part of the returned LSE"),
+)
+
+
+def grid(rng: np.random.Generator, shape, std: float = 1.0) -> np.ndarray:
+    """Normal values rounded to bfloat16 and kept within float16's normal range: exact
+    at both precisions (float32 storage)."""
+    x = round_to(rng.standard_normal(shape) * std, "bfloat16")
+    x = np.where(np.abs(x) < 2.0**-14, 0.0, np.clip(x, -60000, 60000))
+    return x.astype(np.float32)
+
+
+def _qkv(rng, b, lq, lk, hq, hkv, d, dv=None, std=1.0):
+    dv = d if dv is None else dv
+    return {"q": grid(rng, (b, lq, hq, d), std), "k": grid(rng, (b, lk, hkv, d), std),
+            "v": grid(rng, (b, lk, hkv, dv))}
+
+
+def _compare(names):
+    def compare(expected, actual, emulated, precision):
+        return compare_bounded_parts(expected, emulated, actual, names=names, bounds=BOUNDS, precision=precision)
+
+    return compare
+
+
+def _format(name, arr):
+    return None
+
+
+# ---------------------------------------------------------------------------- attend
+
+def _attend_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("attention.attend"))
+    v = []
+
+    def add(comment, flags, inputs, result="valid", **params):
+        v.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
+
+    add("MHA, no mask: the plain definition", ["Scale"], _qkv(rng, 2, 5, 7, 3, 3, 16))
+    add("causal, Lq == Lk", ["CausalAlignment"], _qkv(rng, 1, 9, 9, 2, 2, 16), causal=True)
+    add("causal decode, Lq = 1 < Lk: the query sees every key (bottom-right)", ["CausalAlignment"],
+        _qkv(rng, 2, 1, 13, 4, 2, 32), causal=True)
+    add("causal chunked prefill, Lq = 5 < Lk = 12: row i sees keys 0..i+7", ["CausalAlignment"],
+        _qkv(rng, 1, 5, 12, 4, 1, 16), causal=True)
+    add("causal with Lq > Lk: the first Lq - Lk rows see no key (output 0, LSE -inf)",
+        ["CausalAlignment", "EmptyRow"], _qkv(rng, 1, 8, 5, 2, 2, 16), causal=True)
+    add("GQA 8/2: query heads 0-3 read KV head 0, 4-7 read KV head 1", ["GroupMapping"],
+        _qkv(rng, 1, 6, 9, 8, 2, 16), causal=True)
+    add("GQA 6/3 with distinct KV heads, no mask", ["GroupMapping"], _qkv(rng, 2, 4, 4, 6, 3, 8))
+    add("MQA: 4 query heads share one KV head", ["GroupMapping"], _qkv(rng, 1, 3, 10, 4, 1, 16))
+    big = _qkv(rng, 1, 4, 6, 2, 2, 16, std=12.0)
+    add("logits near 1000: exp overflows without the row maximum subtracted", ["LargeLogits"], big)
+    add("logits near -1000: exp underflows to 0 without the row maximum", ["LargeLogits"],
+        {**big, "k": -big["k"]})
+    add("explicit scale 0.5 instead of 1/sqrt(D)", ["Scale"], _qkv(rng, 1, 4, 5, 2, 2, 16), scale=0.5)
+    add("soft-cap 1.0 with a causal mask: masked keys must stay at weight 0", ["Softcap", "CausalAlignment"],
+        _qkv(rng, 1, 6, 6, 2, 2, 16, std=2.0), causal=True, softcap=1.0)
+    add("soft-cap 2.0 on large logits (Gemma-2 style cap * tanh(s / cap))", ["Softcap", "LargeLogits"],
+        _qkv(rng, 1, 5, 8, 2, 1, 16, std=4.0), softcap=2.0)
+    add("soft-cap 50 (Gemma-2's attention cap) with a window", ["Softcap", "Window"],
+        _qkv(rng, 1, 7, 7, 2, 2, 16, std=2.0), causal=True, window_left=3, softcap=50.0)
+    sinks = grid(rng, (4,), 1.0)
+    add("learnable sinks (gpt-oss): in the normalizer, no value, not scaled", ["LearnableSink", "SinkInLse"],
+        {**_qkv(rng, 1, 5, 5, 4, 2, 16), "sinks": sinks}, causal=True)
+    add("learnable sinks dominating the row (sink logits 6..8): the LSE variant shows",
+        ["LearnableSink", "SinkInLse"],
+        {**_qkv(rng, 1, 3, 6, 4, 2, 16), "sinks": np.array([6, 7, 7.5, 8], dtype=np.float32)})
+    add("learnable sinks with a window that empties rows: output 0, LSE = sink (or -inf excluded)",
+        ["LearnableSink", "EmptyRow", "SinkInLse"],
+        {**_qkv(rng, 1, 6, 3, 2, 2, 8), "sinks": np.array([0.5, -1], dtype=np.float32)}, causal=True)
+    add("sliding window (3, 0): each row sees its key and the 3 before it", ["Window"],
+        _qkv(rng, 1, 10, 10, 2, 2, 16), causal=True, window_left=3)
+    add("sliding window (2, 1) without causal: one key to the right", ["Window"],
+        _qkv(rng, 1, 8, 8, 2, 1, 16), window_left=2, window_right=1)
+    add("window (0, 0): each row sees its own key only", ["Window"], _qkv(rng, 1, 6, 6, 2, 2, 8),
+        window_left=0, window_right=0)
+    add("window with Lq < Lk (decode): edges bottom-right aligned", ["Window", "CausalAlignment"],
+        _qkv(rng, 2, 2, 11, 2, 2, 16), causal=True, window_left=4)
+    add("right-only window (-1, 2): unbounded left", ["Window"], _qkv(rng, 1, 7, 7, 1, 1, 8), window_right=2)
+    add("2 sink tokens with window 3: keys 0 and 1 always visible, still causal", ["SinkTokens", "Window"],
+        _qkv(rng, 1, 12, 12, 2, 2, 16), causal=True, window_left=3, sink_tokens=2)
+    add("window shorter than the sinks: 4 sink tokens, window 1", ["SinkTokens", "Window"],
+        _qkv(rng, 1, 10, 10, 2, 1, 8), causal=True, window_left=1, sink_tokens=4)
+    add("sink tokens in decode (Lq = 2, Lk = 16)", ["SinkTokens", "CausalAlignment"],
+        _qkv(rng, 1, 2, 16, 2, 2, 16), causal=True, window_left=5, sink_tokens=1)
+    qkv = _qkv(rng, 2, 5, 6, 4, 2, 8)
+    per_head = rng.random((2, 4, 5, 6)) < 0.6
+    per_head[0, 1, 2] = False  # one row masked entirely
+    add("explicit mask per batch and head, one row fully masked", ["ExplicitMask", "EmptyRow"],
+        {**qkv, "mask": per_head})
+    add("explicit [Lq, Lk] mask broadcast over batch and heads, combined with causal", ["ExplicitMask"],
+        {**_qkv(rng, 2, 6, 6, 2, 2, 8), "mask": rng.random((6, 6)) < 0.7}, causal=True)
+    add("explicit mask [1, Hq, Lq, Lk]: one mask per head", ["ExplicitMask"],
+        {**_qkv(rng, 2, 4, 5, 3, 1, 8), "mask": rng.random((1, 3, 4, 5)) < 0.5})
+    add("all keys masked: every row output 0, LSE -inf", ["EmptyRow"],
+        {**_qkv(rng, 1, 3, 4, 2, 2, 8), "mask": np.zeros((3, 4), dtype=bool)})
+    add("no queries (Lq = 0)", ["EmptyInput"], _qkv(rng, 1, 0, 5, 2, 2, 8))
+    add("no keys (Lk = 0): output 0, LSE -inf", ["EmptyInput", "EmptyRow"], _qkv(rng, 2, 3, 0, 2, 1, 8))
+    for d, dv in ((64, 64), (128, 128), (192, 128), (256, 256), (576, 512)):
+        add(f"head dim {d}, value dim {dv}", ["HeadDim"], _qkv(rng, 1, 3, 9, 2, 1, d, dv), causal=True)
+    mla = _qkv(rng, 1, 2, 8, 4, 1, 576)
+    mla["v"] = np.ascontiguousarray(mla["k"][..., :512])
+    add("FlashMLA convention: MQA over a 576-d latent cache, V = its first 512 dims", ["HeadDim"], mla,
+        causal=True, scale=1 / math.sqrt(192))
+    nan = _qkv(rng, 1, 4, 5, 2, 2, 8)
+    nan["q"][0, 2, 1, 3] = np.nan
+    add("NaN in one query row of one head: that row is NaN, every other row is not", ["NaN"], nan, causal=True)
+    for choice in _attend.SINK_IN_LSE:
+        add(f"sink_in_lse={choice}: a sink near the keys' mass, rows emptied by the mask",
+            ["SinkInLse", "LearnableSink", "EmptyRow"],
+            {**_qkv(rng, 1, 5, 3, 2, 2, 8), "sinks": np.array([1.5, 0.25], np.float32)}, causal=True,
+            sink_in_lse=choice)
+    add("one key per row and D = 1", ["EmptyInput"], _qkv(rng, 3, 1, 1, 1, 1, 1))
+    add("random: GQA 4/2, causal, window, soft-cap, sinks", ["Random"],
+        {**_qkv(rng, 2, 7, 11, 4, 2, 32), "sinks": grid(rng, (4,))}, causal=True, window_left=5, softcap=20.0)
+
+    bad = _qkv(rng, 1, 2, 3, 3, 2, 8)
+    add("3 query heads over 2 KV heads", ["InvalidInput"], bad, result="invalid")
+    add("q and k head dims differ", ["InvalidInput"],
+        {**_qkv(rng, 1, 2, 3, 2, 2, 8), "k": grid(rng, (1, 3, 2, 4))}, result="invalid")
+    add("causal with window_right = 2 contradict", ["InvalidInput"], _qkv(rng, 1, 2, 3, 2, 2, 8), result="invalid",
+        causal=True, window_right=2)
+    add("a float mask instead of bool", ["InvalidInput"],
+        {**_qkv(rng, 1, 2, 3, 2, 2, 8), "mask": np.ones((2, 3), dtype=np.float32)}, result="invalid")
+    add("integer q", ["InvalidInput"], {**_qkv(rng, 1, 2, 3, 2, 2, 8), "q": np.ones((1, 2, 2, 8), np.int32)},
+        result="invalid")
+    add("sinks of the wrong length", ["InvalidInput"],
+        {**_qkv(rng, 1, 2, 3, 2, 2, 8), "sinks": np.zeros(3, np.float32)}, result="invalid")
+    add("negative soft-cap", ["InvalidInput"], _qkv(rng, 1, 2, 3, 2, 2, 8), result="invalid", softcap=-1.0)
+    return v
+
+
+@st.composite
+def _attend_case(draw, supported, varlen=False):
+    params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+    seed = draw(st.integers(0, 2**32 - 1), label="seed")
+    rng = np.random.default_rng(seed)
+    hkv = draw(st.integers(1, 3), label="hkv")
+    hq = hkv * draw(st.integers(1, 3), label="group")
+    d = draw(st.sampled_from([1, 2, 4, 8, 16, 32]), label="d")
+    dv = draw(st.sampled_from([d, 4, 8]), label="dv")
+    std = draw(st.sampled_from([0.5, 1.0, 3.0]), label="std")
+    causal = draw(st.booleans(), label="causal")
+    params["causal"] = causal
+    left = draw(st.sampled_from([-1, -1, 0, 1, 3]), label="window_left")
+    right = 0 if causal else draw(st.sampled_from([-1, -1, 0, 2]), label="window_right")
+    if left >= 0:
+        params["window_left"] = left
+        params["sink_tokens"] = draw(st.sampled_from([0, 0, 1, 2]), label="sink_tokens")
+    if right >= 0 and not causal:
+        params["window_right"] = right
+    if draw(st.booleans(), label="softcap?"):
+        params["softcap"] = draw(st.sampled_from([1.0, 5.0, 30.0]), label="softcap")
+    if draw(st.booleans(), label="scale?"):
+        params["scale"] = draw(st.sampled_from([0.125, 0.3, 1.0]), label="scale")
+    inputs = {}
+    if draw(st.booleans(), label="sinks?"):
+        inputs["sinks"] = grid(rng, (hq,), 2.0)
+    if varlen:
+        nseq = draw(st.integers(0, 3), label="sequences")
+        lqs = [draw(st.integers(0, 6), label="lq") for _ in range(nseq)]
+        lks = [draw(st.integers(0, 8), label="lk") for _ in range(nseq)]
+        tq, tk = sum(lqs), sum(lks)
+        inputs.update(q=grid(rng, (tq, hq, d), std), k=grid(rng, (tk, hkv, d), std), v=grid(rng, (tk, hkv, dv)),
+                      cu_seqlens_q=np.cumsum([0] + lqs).astype(np.int32),
+                      cu_seqlens_k=np.cumsum([0] + lks).astype(np.int32))
+        return Case(inputs, params)
+    b = draw(st.integers(1, 2), label="batch")
+    lq, lk = draw(st.integers(0, 9), label="lq"), draw(st.integers(0, 12), label="lk")
+    inputs.update(_qkv(rng, b, lq, lk, hq, hkv, d, dv, std))
+    if draw(st.booleans(), label="mask?"):
+        shape = draw(st.sampled_from([(lq, lk), (b, hq, lq, lk), (1, hq, lq, lk)]), label="mask shape")
+        inputs["mask"] = rng.random(shape) < 0.7
+    return Case(inputs, params)
+
+
+# ---------------------------------------------------------------------------- varlen
+
+def _varlen_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("attention.attend_varlen"))
+    v = []
+
+    def packed(lqs, lks, hq, hkv, d, dv=None, std=1.0):
+        dv = d if dv is None else dv
+        return {"q": grid(rng, (sum(lqs), hq, d), std), "k": grid(rng, (sum(lks), hkv, d), std),
+                "v": grid(rng, (sum(lks), hkv, dv)),
+                "cu_seqlens_q": np.cumsum([0, *lqs]).astype(np.int32),
+                "cu_seqlens_k": np.cumsum([0, *lks]).astype(np.int32)}
+
+    def add(comment, flags, inputs, result="valid", **params):
+        v.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
+
+    add("three sequences of different lengths, causal prefill (Lq == Lk each)", ["Varlen", "CausalAlignment"],
+        packed([4, 1, 6], [4, 1, 6], 4, 2, 16), causal=True)
+    add("decode batch: one query per sequence, contexts 5, 9, 2", ["Varlen", "CausalAlignment"],
+        packed([1, 1, 1], [5, 9, 2], 4, 1, 16), causal=True)
+    add("chunked prefill: Lq < Lk in every sequence, each aligned bottom-right on its own",
+        ["Varlen", "CausalAlignment"], packed([3, 2], [7, 4], 2, 2, 8), causal=True)
+    add("an empty sequence in the middle and one with no keys", ["Varlen", "EmptyInput", "EmptyRow"],
+        packed([2, 0, 3], [3, 2, 0], 2, 2, 8), causal=False)
+    add("varlen with a sliding window and sink tokens", ["Varlen", "Window", "SinkTokens"],
+        packed([8, 6], [8, 6], 2, 1, 16), causal=True, window_left=2, sink_tokens=1)
+    add("varlen with learnable sinks and soft-cap", ["Varlen", "LearnableSink", "Softcap"],
+        {**packed([3, 4], [5, 4], 2, 2, 8, std=2.0), "sinks": grid(rng, (2,))}, causal=True, softcap=3.0)
+    add("no sequences at all", ["EmptyInput"], packed([], [], 2, 2, 8))
+    add("offsets not starting at 0", ["InvalidInput"],
+        {**packed([2, 2], [2, 2], 2, 2, 8), "cu_seqlens_q": np.array([1, 2, 4], np.int32)}, result="invalid")
+    add("offsets that decrease", ["InvalidInput"],
+        {**packed([2, 2], [2, 2], 2, 2, 8), "cu_seqlens_k": np.array([0, 3, 2, 4], np.int32)}, result="invalid")
+    add("last offset differs from the packed length", ["InvalidInput"],
+        {**packed([2, 2], [2, 2], 2, 2, 8), "cu_seqlens_q": np.array([0, 2, 3], np.int32)}, result="invalid")
+    return v
+
+
+def _varlen_oracle(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, **options):
+    return _attend.attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)
+
+
+def _varlen_emulated(precision, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, **options):
+    """The emulation per sequence, packed like the oracle's output."""
+    out, lse = _varlen_oracle(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)  # checks, shapes
+    cq, ck = np.asarray(cu_seqlens_q, np.int64), np.asarray(cu_seqlens_k, np.int64)
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    for s in range(cq.size - 1):
+        rows, keys = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
+        o, l = emulate.attend_emulated(precision, q[None, rows], k[None, keys], v[None, keys], sinks=sinks,
+                                       **options)
+        out[rows], lse[:, rows] = o[0], l[0]
+    return out, lse
+
+
+# ---------------------------------------------------------------------------- merge
+
+def _merge_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("attention.merge_states"))
+    v = []
+
+    def states(n, h, dv, spread=1.0, center=0.0):
+        return {"o_a": grid(rng, (n, h, dv)), "lse_a": (center + grid(rng, (n, h), spread)).astype(np.float32),
+                "o_b": grid(rng, (n, h, dv)), "lse_b": (center + grid(rng, (n, h), spread)).astype(np.float32)}
+
+    def add(comment, flags, inputs, result="valid", **params):
+        v.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
+
+    add("two partials of similar mass", ["MergeShift"], states(5, 4, 16))
+    add("LSEs near 1000: exp(lse) overflows without the max shift", ["MergeShift"], states(3, 2, 8, 4.0, 1000.0))
+    add("LSEs near -1000: exp(lse) underflows to 0 without the max shift", ["MergeShift"],
+        states(3, 2, 8, 4.0, -1000.0))
+    add("one partial dominates by 40 nats", ["MergeShift"],
+        {**states(2, 2, 8), "lse_a": np.full((2, 2), 40.0, np.float32)})
+    st_ = states(4, 2, 8)
+    st_["lse_a"][0, 0] = -np.inf
+    st_["o_a"][0, 0] = 0
+    st_["lse_b"][1, 1] = -np.inf
+    st_["o_b"][1, 1] = 0
+    st_["lse_a"][2] = -np.inf
+    st_["lse_b"][2] = -np.inf
+    st_["o_a"][2] = 0
+    st_["o_b"][2] = 0
+    add("empty partials (LSE -inf): one side, the other, both (output 0, LSE -inf)", ["EmptyPartial"], st_)
+    add("no rows", ["EmptyInput"], states(0, 2, 8))
+    nan = states(3, 2, 4)
+    nan["lse_b"][1, 0] = np.nan
+    add("NaN LSE in one row stays in that row", ["NaN"], nan)
+    add("o and lse shapes disagree", ["InvalidInput"], {**states(3, 2, 4), "lse_b": np.zeros((3, 3), np.float32)},
+        result="invalid")
+    add("an LSE of +inf (FlashAttention-2's empty row, unmapped)", ["InvalidInput", "MaskedLse"],
+        {**states(2, 2, 4), "lse_a": np.full((2, 2), np.inf, np.float32)}, result="invalid")
+    return v
+
+
+def _merge_emulated(precision, o_a, lse_a, o_b, lse_b):
+    """A kernel at `precision`: partial outputs in it, LSEs and arithmetic in float32."""
+    flash.merge_states(o_a, lse_a, o_b, lse_b)  # the checks
+    if precision == "float64":
+        return flash.merge_states(o_a, lse_a, o_b, lse_b)
+    f32 = np.float32
+    oa, ob = (round_to(x, precision).astype(f32) for x in (o_a, o_b))
+    la, lb = (np.asarray(x, np.float64).astype(f32) for x in (lse_a, lse_b))
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = np.maximum(la, lb)
+        shift = np.where(m == -np.inf, f32(0), m)
+        wa, wb = np.exp(la - shift), np.exp(lb - shift)
+        tot = wa + wb
+        safe = np.where(tot > 0, tot, f32(1))
+        o = np.where(tot[..., None] > 0, (wa[..., None] * oa + wb[..., None] * ob) / safe[..., None], f32(0))
+        o = np.where(np.isnan(tot)[..., None], np.nan, o)
+        lse = np.where(tot > 0, shift + np.log(safe), -np.inf)
+        lse = np.where(np.isnan(tot), np.nan, lse).astype(f32)
+    return round_to(o, precision), lse.astype(np.float64)
+
+
+@st.composite
+def _merge_case(draw, supported):
+    params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    n, h, dv = draw(st.integers(0, 6), label="n"), draw(st.integers(1, 4), label="h"), draw(
+        st.integers(1, 16), label="dv")
+    center = draw(st.sampled_from([0.0, 30.0, -200.0, 900.0]), label="center")
+    spread = draw(st.sampled_from([0.5, 3.0, 50.0]), label="spread")
+    inputs = {}
+    for side in "ab":
+        lse = (center + grid(rng, (n, h), spread)).astype(np.float32)
+        empty = rng.random((n, h)) < draw(st.sampled_from([0.0, 0.3]), label=f"empty {side}")
+        o = grid(rng, (n, h, dv))
+        o[empty] = 0
+        lse[empty] = -np.inf
+        inputs[f"o_{side}"], inputs[f"lse_{side}"] = o, lse
+    return Case(inputs, params)
+
+
+def _ops() -> list[Op]:
+    return [
+        Op(name="attention.attend", kind=Kind.BOUNDED, oracle=_attend.attend,
+           summary="scaled dot-product attention (GQA, masks, sinks, softcap) -> (out, lse)",
+           spec=f"{_SPEC}#attend", variants=VARIANTS, vectors=_attend_vectors,
+           examples=lambda supported: _attend_case(supported), compare=_compare(("out", "lse")),
+           array_format=_format, outputs=("out", "lse"), emulate=emulate.attend_emulated),
+        Op(name="attention.attend_varlen", kind=Kind.BOUNDED, oracle=_varlen_oracle,
+           summary="attention over a packed batch of variable-length sequences -> (out, lse)",
+           spec=f"{_SPEC}#attend_varlen", variants=VARIANTS, vectors=_varlen_vectors,
+           examples=lambda supported: _attend_case(supported, varlen=True), compare=_compare(("out", "lse")),
+           array_format=_format, outputs=("out", "lse"), emulate=_varlen_emulated),
+        Op(name="attention.merge_states", kind=Kind.BOUNDED, oracle=flash.merge_states,
+           summary="merge two split-KV partials (o, lse) -> (o, lse)",
+           spec=f"{_SPEC}#merge_states", variants=(), vectors=_merge_vectors,
+           examples=_merge_case, compare=_compare(("o", "lse")), array_format=_format,
+           outputs=("o", "lse"), emulate=_merge_emulated),
+    ]
+
+
+OPERATIONS = _ops()
