@@ -31,7 +31,7 @@ from ref.testing.compare import Comparison, Mismatch
 
 __all__ = ["Bound", "FLOOR_UNITS", "compare_bounded", "compare_bounded_parts", "precision_of", "ratio"]
 
-FLOOR_UNITS = {"float64": 2.0**-44, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+FLOOR_UNITS = {"float64": 2.0**-44, "float32": 2.0**-20, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 _SCALES = ("relative", "absolute")
 
 

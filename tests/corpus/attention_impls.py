@@ -108,7 +108,8 @@ def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                 if "empty row NaN" in bugs:
                     o = o / z[:, None]
                 elif "empty row uniform" in bugs:
-                    o = np.where(z[:, None] == 0, v[b, :, kv].mean(axis=0), o / np.where(z == 0, 1, z)[:, None])
+                    mean = v[b, :, kv].mean(axis=0) if lk else np.zeros(dv, np.float32)
+                    o = np.where(z[:, None] == 0, mean, o / np.where(z == 0, 1, z)[:, None])
                 else:
                     o = np.where(z[:, None] == 0, 0, o / np.where(z == 0, 1, z)[:, None])
                 out[b, :, h] = o
