@@ -106,7 +106,11 @@ def _scaling(scaling) -> tuple[str, dict]:
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's attention temperature sqrt(1/t) = 0.1 * mscale * ln(factor) + 1 (1 for factor <= 1)."""
+    """YaRN's attention temperature sqrt(1/t) = 0.1 * mscale * ln(factor) + 1 (1 for factor <= 1).
+
+    DeepSeek-V2/V3 multiply the softmax scale by yarn_mscale(factor, mscale_all_dim)^2.
+    """
+    factor, mscale = _real(factor, "factor"), _real(mscale, "mscale", positive=False)
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
@@ -159,8 +163,7 @@ def _yarn_attention_factor(cfg) -> float:
         return _real(cfg["attention_factor"], "attention_factor")
     mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
     if mscale and mscale_all_dim:  # both given and non-zero: DeepSeek's ratio
-        mscale, mscale_all_dim = _real(mscale, "mscale"), _real(mscale_all_dim, "mscale_all_dim")
-        return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, _real(mscale_all_dim, "mscale_all_dim"))
     return yarn_mscale(factor)
 
 
