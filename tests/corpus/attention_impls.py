@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from ref.attention.flash import attend_split, attend_tiled
+from ref.attention.rope import rope_frequencies, yarn_mscale
 from ref.conformance.implementation import Implementation
 from ref.formats.minifloat import round_to
 
@@ -164,6 +165,111 @@ def naive_merge(o_a, lse_a, o_b, lse_b, *, bugs=frozenset(), precision="float32"
     return round_to(o, precision).astype(_DTYPES[precision]), lse.astype(np.float32)
 
 
+def naive_rope(x, positions, rotary_dim=None, base=10000.0, style="neox", scaling=None, attention_factor="cos_sin",
+               *, bugs=frozenset(), precision="float32"):
+    """RoPE as a float32 kernel: angles in float32, each pair rotated by index
+    arithmetic; frequencies from the config (`rope_frequencies`)."""
+    x = np.asarray(x)
+    pos = np.asarray(positions)
+    if x.dtype.kind != "f" or pos.dtype.kind not in "iu":
+        raise TypeError("x float, positions integers")
+    d = x.shape[-1]
+    r = d if rotary_dim is None else rotary_dim
+    if r % 2 or r > d or r < 0 or (pos.size and pos.min() < 0):
+        raise ValueError("bad rotary_dim or positions")
+    pos = np.broadcast_to(pos, x.shape[:-2])
+    xs = _lowp(x, precision)
+    if "exponent over the head dim" in bugs and r != d:
+        inv_full, factor = rope_frequencies(d, base=base, scaling=scaling)
+        inv = inv_full[: r // 2]
+    else:
+        inv, factor = rope_frequencies(r, base=base, scaling=scaling)
+    if "positions ignored" in bugs:
+        pos = np.broadcast_to(np.arange(pos.shape[-1]) if pos.ndim else pos, pos.shape)
+    angle = pos[..., None].astype(np.float32) * inv.astype(np.float32)
+    if "angles in bfloat16" in bugs:
+        angle = _lowp(angle, "bfloat16")
+    cos, sin = np.cos(angle)[..., None, :], np.sin(angle)[..., None, :]
+    if attention_factor == "cos_sin" and "attention factor dropped" not in bugs:
+        cos, sin = cos * np.float32(factor), sin * np.float32(factor)
+    pairing = style if "pairing swapped" not in bugs else {"neox": "gptj", "gptj": "neox"}[style]
+    half = r // 2
+    ia = np.arange(half) if pairing == "neox" else 2 * np.arange(half)
+    ib = ia + half if pairing == "neox" else ia + 1
+    a, b = xs[..., ia], xs[..., ib]
+    sign = np.float32(-1 if "rotation reversed" in bugs else 1)
+    out = xs.copy()
+    out[..., ia] = a * cos - sign * b * sin
+    out[..., ib] = b * cos + sign * a * sin
+    return round_to(out, precision).astype(_DTYPES[precision])
+
+
+def hf_rope_bf16(x, positions, rotary_dim=None, base=10000.0, style="neox", scaling=None, attention_factor="cos_sin"):
+    """Hugging Face's eager path at bfloat16: cos and sin cast to bfloat16, then
+    x * cos + rotate_half(x) * sin in bfloat16 arithmetic (every product and sum rounded)."""
+    if style != "neox":
+        raise NotImplementedError("rotate-half only")
+    x = np.asarray(x)
+    pos = np.broadcast_to(np.asarray(positions), x.shape[:-2])
+    d = x.shape[-1]
+    r = d if rotary_dim is None else rotary_dim
+    if r % 2 or r > d or (pos.size and pos.min() < 0) or np.asarray(positions).dtype.kind not in "iu":
+        raise ValueError("bad arguments")
+    bf = lambda v: round_to(v, "bfloat16")  # noqa: E731
+    inv, factor = rope_frequencies(r, base=base, scaling=scaling)
+    emb = np.concatenate([inv, inv]).astype(np.float32)
+    angle = pos[..., None].astype(np.float32) * emb
+    cos, sin = np.cos(angle), np.sin(angle)
+    if attention_factor == "cos_sin":
+        cos, sin = cos * np.float32(factor), sin * np.float32(factor)
+    cos, sin = bf(cos)[..., None, :], bf(sin)[..., None, :]
+    xr = bf(x[..., :r])
+    rot = np.concatenate([-xr[..., r // 2:], xr[..., : r // 2]], axis=-1)
+    out = np.asarray(x, np.float64).copy()
+    out[..., :r] = bf(bf(xr * cos) + bf(rot * sin))
+    return out.astype(ml_dtypes.bfloat16)
+
+
+def naive_mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=10000.0, rope_scaling=None,
+              rope_style="gptj", *, bugs=frozenset(), precision="float32"):
+    """The absorbed form, as FlashMLA-style serving runs it: query projected into the
+    latent, one shared KV head of [latent, rotated rope part], values the latent,
+    W_UV applied to the output. Intermediates stored at `precision`."""
+    b, lq, h, dn = q_nope.shape
+    lk, r = c_kv.shape[1], c_kv.shape[2]
+    dr = q_pe.shape[3]
+    if lq > lk or dr % 2 or w_kv_b.shape[1] != r or w_kv_b.shape[0] % h:
+        raise ValueError("bad MLA shapes")
+    dv = w_kv_b.shape[0] // h - dn
+    w = _lowp(w_kv_b, precision).reshape(h, dn + dv, r)
+    w_uk, w_uv = (w[:, dv:], w[:, :dv]) if "value rows first" in bugs else (w[:, :dn], w[:, dn:])
+    if "W_UK transposed" in bugs:
+        q_lat = np.einsum("bqhd,hrd->bqhr", _lowp(q_nope, precision), w_uk)
+    else:
+        q_lat = np.einsum("bqhd,hdr->bqhr", _lowp(q_nope, precision), w_uk)
+    q_lat = _lowp(q_lat, precision)
+    rope = dict(base=rope_base, style=rope_style, scaling=rope_scaling, attention_factor="none",
+                precision=precision)
+    q_rot = np.asarray(naive_rope(q_pe, np.arange(lq) + lk - lq, **rope), np.float32)
+    if "RoPE on the latent" in bugs:  # the whole cache entry rotated, latent included
+        entry = np.concatenate([c_kv, k_pe], axis=-1)[:, :, None]
+        kv = np.asarray(naive_rope(entry, np.arange(lk), **rope), np.float32)
+    else:
+        k_rot = np.asarray(naive_rope(k_pe[:, :, None], np.arange(lk), **rope), np.float32)
+        kv = np.concatenate([_lowp(c_kv, precision)[:, :, None], k_rot], axis=-1)
+    if scale is None:
+        m = 1.0
+        if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) == "yarn":
+            m = yarn_mscale(rope_scaling["factor"], rope_scaling.get("mscale_all_dim") or 0.0) \
+                if rope_scaling.get("mscale_all_dim") else 1.0
+        width = r + dr if "scale over the latent width" in bugs else dn + dr
+        scale = width**-0.5 * (m if "mscale once" in bugs else m * m)
+    o_lat, lse = naive(np.concatenate([q_lat, q_rot], -1), kv, _lowp(c_kv, precision)[:, :, None], scale=scale,
+                       causal=causal, precision=precision)
+    out = np.einsum("bqhr,hvr->bqhv", np.asarray(o_lat, np.float32), w_uv)
+    return round_to(out, precision).astype(_DTYPES[precision]), lse
+
+
 ALL = {"sink_in_lse": ["included", "excluded"]}
 
 
@@ -173,8 +279,12 @@ def naive_impl(precision="float32", bugs=frozenset(), name=None):
         name or f"naive {precision}" + (f" with {', '.join(sorted(bugs))}" if bugs else ""),
         {"attention.attend": lambda **kw: naive(**kw, bugs=bugs, precision=precision),
          "attention.attend_varlen": lambda **kw: naive_varlen(**kw, bugs=bugs, precision=precision),
-         "attention.merge_states": lambda **kw: naive_merge(**kw, bugs=bugs, precision=precision)},
-        variants={"attention.attend*": ALL})
+         "attention.merge_states": lambda **kw: naive_merge(**kw, bugs=bugs, precision=precision),
+         "attention.rope": lambda **kw: naive_rope(**kw, bugs=bugs, precision=precision),
+         "attention.mla": lambda **kw: naive_mla(**kw, bugs=bugs, precision=precision)},
+        variants={"attention.attend*": ALL, "attention.rope": {"style": ["neox", "gptj"],
+                                                              "attention_factor": ["cos_sin", "none"]},
+                  "attention.mla": {"rope_style": ["gptj", "neox"]}})
 
 
 def tiled_impl(precision, block_q, block_k):
@@ -211,6 +321,17 @@ BUGS = {
     "varlen keys from the batch start": ({"keys from the batch start"}, "bfloat16", "Varlen"),
     "merge without the max shift": ({"merge without max shift"}, "bfloat16", "MergeShift"),
     "empty partial merged to NaN": ({"empty partial NaN"}, "bfloat16", "EmptyPartial"),
+    "RoPE pairing swapped": ({"pairing swapped"}, "bfloat16", "RopePairing"),
+    "RoPE rotating the other way": ({"rotation reversed"}, "bfloat16", "RopePairing"),
+    "RoPE exponent over the head dim": ({"exponent over the head dim"}, "bfloat16", "RopeFrequencies"),
+    "RoPE positions ignored": ({"positions ignored"}, "bfloat16", "RopePositions"),
+    "RoPE angles in bfloat16": ({"angles in bfloat16"}, "float32", "RopePositions"),
+    "YaRN attention factor dropped": ({"attention factor dropped"}, "bfloat16", "RopeScaling"),
+    "MLA absorbed with W_UK transposed": ({"W_UK transposed"}, "bfloat16", "MlaWeights"),
+    "MLA value rows taken first": ({"value rows first"}, "bfloat16", "MlaWeights"),
+    "RoPE applied to the latent": ({"RoPE on the latent"}, "bfloat16", "MlaRope"),
+    "MLA scale over the 576-d width": ({"scale over the latent width"}, "bfloat16", "MlaScale"),
+    "MLA mscale applied once": ({"mscale once"}, "bfloat16", "MlaScale"),
 }
 
 CORRECT = {
@@ -224,6 +345,9 @@ CORRECT = {
     "split-KV 1": lambda: split_impl(1),
     "split-KV 3": lambda: split_impl(3),
     "split-KV 7": lambda: split_impl(7),
+    "Hugging Face RoPE at bfloat16": lambda: Implementation(
+        "HF eager RoPE bf16", {"attention.rope": hf_rope_bf16},
+        variants={"attention.rope": {"style": ["neox"], "attention_factor": ["cos_sin", "none"]}}),
 }
 
 
