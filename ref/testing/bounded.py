@@ -116,7 +116,8 @@ def compare_bounded(
     if not bad.any():
         return Comparison(True, e.size, 0, worst, unit, tol, part=part)
     idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err_a)), e.shape))
-    first = Mismatch(idx, f"{e[idx]!r}", f"{a[idx]!r} (a {precision} evaluation of the oracle gives {m[idx]!r})")
+    first = Mismatch(idx, repr(float(e[idx])),
+                     f"{float(a[idx])!r} (a {precision} evaluation of the oracle gives {float(m[idx])!r})")
     return Comparison(False, e.size, int(bad.sum()), worst, unit, tol, first=first, part=part)
 
 
