@@ -12,7 +12,7 @@ from ref.conformance.implementation import load_implementation
 from ref.conformance.runner import parse_entries, run
 from ref.testing.golden import golden_dir, load_manifest
 
-DEFAULT_IMPL = "ref.conformance.adapters.ml_dtypes_casts"
+DEFAULT_IMPL = "ref.conformance.adapters.default"
 DEFAULT_XFAILS = Path(__file__).parent / "conformance" / "adapters" / "ml_dtypes_casts.xfails"
 
 
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_golden)
 
     p = sub.add_parser("conform", parents=[common], help="run the conformance suite against an implementation")
-    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT_IMPL}, ml_dtypes' casts)")
+    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT_IMPL}: ml_dtypes' casts and float32 NumPy attention)")
     p.add_argument("--ops", help="comma-separated op names or globs (default: all)")
     p.add_argument("--examples", type=int, default=50, help="hypothesis examples per op (default 50)")
     p.add_argument("--no-shrink", action="store_true", help="report the first failing example unshrunk")

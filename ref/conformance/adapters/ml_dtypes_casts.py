@@ -1,7 +1,8 @@
-"""The bundled default implementation: ml_dtypes' C++ casts (numpy's for float16).
+"""ml_dtypes' C++ casts (numpy's for float16) as an implementation of the element codecs.
 
 This is a real third-party library under test, not the oracle: `conform` with no
---impl runs it, so a newcomer's first command prints a real conformance report.
+--impl runs it (inside `default`), so a newcomer's first command prints a real
+conformance report.
 ml_dtypes casts round to nearest even and do not saturate; its declared variants
 say so, and its known deviations are listed, with reasons, in
 ml_dtypes_casts.xfails next to this file.

@@ -1,0 +1,14 @@
+"""The bundled default implementation `python -m ref conform` runs with no --impl:
+ml_dtypes' C++ casts for the element formats (a real third-party library, with its
+known deviations listed in ml_dtypes_casts.xfails) and the float32 NumPy attention
+kernels of `numpy_attention` for the bounded attention ops."""
+
+from __future__ import annotations
+
+from ref.conformance.adapters import ml_dtypes_casts, numpy_attention
+
+NAME = f"{ml_dtypes_casts.NAME} casts + {numpy_attention.NAME}"
+VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
+OPS = {**ml_dtypes_casts.OPS, **numpy_attention.OPS}
+VARIANTS = {**ml_dtypes_casts.VARIANTS, **numpy_attention.VARIANTS}
+DTYPES = dict(ml_dtypes_casts.DTYPES)
