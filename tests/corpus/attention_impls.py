@@ -18,6 +18,7 @@ import numpy as np
 
 from ref.attention.flash import attend_split, attend_tiled
 from ref.attention.rope import rope_frequencies, yarn_mscale
+from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
 from ref.formats.minifloat import round_to
 
@@ -342,6 +343,9 @@ CORRECT = {
     "tiled bfloat16 3x5": lambda: tiled_impl("bfloat16", 3, 5),
     "tiled float16 8x4": lambda: tiled_impl("float16", 8, 4),
     "tiled float32 2x64": lambda: tiled_impl("float32", 2, 64),
+    "the oracles themselves (float64)": lambda: Implementation(
+        "oracles", {name: op.oracle for name, op in discover().items() if name.startswith("attention.")},
+        variants={name: op.variant_values for name, op in discover().items() if name.startswith("attention.")}),
     "split-KV 1": lambda: split_impl(1),
     "split-KV 3": lambda: split_impl(3),
     "split-KV 7": lambda: split_impl(7),
