@@ -264,7 +264,7 @@ def test_fully_masked_rows_and_empty_inputs():
 def test_lse_base_two_and_sink_variants():
     rng = np.random.default_rng(8)
     for _ in range(20):
-        q, k, v = rng.standard_normal((1, 3, 2, 4)), rng.standard_normal((1, 5, 1, 4)), rng.standard_normal((1, 5, 1, 4))
+        q, k, v = (rng.standard_normal(shape) for shape in ((1, 3, 2, 4), (1, 5, 1, 4), (1, 5, 1, 4)))
         sinks = rng.standard_normal(2) * 3
         o, lse = attend(q, k, v, sinks=sinks)
         _, lse2 = attend(q, k, v, sinks=sinks, lse_base="2")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from corpus.attention_impls import BUGS, CORRECT, naive_impl, negative_control
+from corpus.attention_tiled import TILE_BUGS, tiled_impl
 
 from ref.conformance.runner import run
 
@@ -14,13 +15,31 @@ OPS = ["attention.*"]
 
 @pytest.mark.parametrize("name", list(BUGS))
 def test_bug_is_rejected_by_a_vector_with_its_flag(name):
-    bugs, precision, flag = BUGS[name]
-    report = run(naive_impl(precision, bugs), ops=OPS, examples=0)
+    bugs, precision, flag, op = BUGS[name]
+    report = run(naive_impl(precision, bugs), ops=[op], examples=0)
     failures = [f for r in report.ops for f in r.failures]
     assert not report.ok, f"{name}: accepted"
     assert any(f.where.startswith("vector") and flag in f.flags for f in failures), (
         f"{name}: no failing vector carries {flag}: {[(f.where, f.flags) for f in failures]}")
     assert all(f.detail for f in failures)  # names the first mismatch
+
+
+@pytest.mark.parametrize("name", list(TILE_BUGS))
+def test_tile_loop_bug_is_rejected_by_a_vector_with_its_flag(name):
+    bugs, precision, flag = TILE_BUGS[name]
+    report = run(tiled_impl(bugs, precision), ops=["attention.attend"], examples=0)
+    failures = [f for r in report.ops for f in r.failures]
+    assert not report.ok, f"{name}: accepted"
+    assert any(f.where.startswith("vector") and flag in f.flags for f in failures), (
+        f"{name}: no failing vector carries {flag}: {[(f.where, f.flags) for f in failures]}")
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("tiles", [(32, 16), (128, 64), (7, 3)])
+def test_a_correct_tile_loop_passes(precision, tiles):
+    bq, bk = tiles
+    report = run(tiled_impl(precision=precision, bq=bq, bk=bk), ops=["attention.attend"], examples=10, shrink=False)
+    assert report.ok, report.details()
 
 
 # Bugs that need a curated input: random examples rarely meet them.
@@ -30,9 +49,9 @@ VECTOR_ONLY = {"softmax without the row maximum", "one maximum for the whole til
 
 @pytest.mark.parametrize("name", sorted(set(BUGS) - VECTOR_ONLY))
 def test_bug_is_rejected_by_properties_alone(name):
-    bugs, precision, _ = BUGS[name]
+    bugs, precision, _, op = BUGS[name]
     impl = naive_impl(precision, bugs)
-    report = run(impl, ops=OPS, examples=60, shrink=False, skips=_no_vectors())
+    report = run(impl, ops=[op], examples=60, shrink=False, skips=_no_vectors())
     assert sum(r.vectors_run for r in report.ops) == 0
     assert not report.ok, f"{name}: the properties accepted it"
 
@@ -48,7 +67,7 @@ def _no_vectors():
 
 @pytest.mark.parametrize("name", list(CORRECT))
 def test_correct_kernel_passes(name):
-    report = run(CORRECT[name](), ops=OPS, examples=25, shrink=False)
+    report = run(CORRECT[name](), ops=OPS, examples=15, shrink=False)
     assert report.ok, report.details()
     assert any(r.verdict == "pass" for r in report.ops)
 

@@ -20,12 +20,12 @@ from ref.attention.ops import BOUNDS, grid
 from ref.testing.bounded import FLOOR_UNITS, Bound, compare_bounded, compare_bounded_parts, precision_of, ratio
 
 sys.path.insert(0, str(Path(__file__).parent))
-from corpus.attention_impls import naive  # noqa: E402
+from corpus.attention_impls import hf_eager, naive  # noqa: E402
 
 LOW = ("bfloat16", "float16", "float32")
 
 
-@given(st.integers(0, 2**32 - 1), st.sampled_from(list(FLOOR_UNITS)), st.sampled_from(["relative", "absolute"]),
+@given(st.integers(0, 2**32 - 1), st.sampled_from(list(FLOOR_UNITS)), st.sampled_from(["relative", "absolute", "log"]),
        st.floats(1, 4), st.floats(0, 4))
 def test_the_rule_is_exactly_k_times_plus_the_floor(seed, precision, scale, k, floor):
     rng = np.random.default_rng(seed)
@@ -33,7 +33,10 @@ def test_the_rule_is_exactly_k_times_plus_the_floor(seed, precision, scale, k, f
     m = e + rng.standard_normal(e.shape) * 1e-3 * np.abs(e).max()
     bound = Bound(k, floor, scale)
     top = np.abs(e).max()
-    tol = k * np.abs(m - e).max() + floor * FLOOR_UNITS[precision] * (top if scale == "relative" else max(1, top))
+    unit = FLOOR_UNITS[precision]
+    allowance = {"relative": unit * top, "absolute": unit * max(1, top),
+                 "log": unit + min(unit, 2.0**-20) * top}[scale]
+    tol = k * np.abs(m - e).max() + floor * allowance
     idx = tuple(rng.integers(0, s) for s in e.shape)
     for factor, ok in ((0.999, True), (1.001, False)):
         a = e.copy()
@@ -67,7 +70,7 @@ def test_shapes_types_and_precisions():
     with pytest.raises(ValueError, match="k >= 1"):
         Bound(k=0.5)
     with pytest.raises(ValueError, match="scale"):
-        Bound(scale="log")
+        Bound(scale="linear")
     assert precision_of(np.ones(2, ml_dtypes.bfloat16)) == "bfloat16"
     assert precision_of(np.ones(2, np.float16)) == "float16"
     with pytest.raises(ValueError, match="PRECISION"):
@@ -107,15 +110,17 @@ def _judge(precision, inputs, opts, actual):
 
 @given(attention_inputs(), st.sampled_from(LOW), st.integers(1, 32), st.integers(1, 32))
 def test_correct_low_precision_kernels_pass_on_every_seed(problem, precision, bq, bk):
-    """Two kernels that round differently from the emulation: the online-softmax
-    algorithm tile by tile, and a per-head loop. Neither may ever be rejected."""
+    """Three kernels that round differently from the emulation: the online-softmax
+    algorithm tile by tile, a per-head loop keeping the logits in float32, and Hugging
+    Face's eager attention (every tensor in the dtype). None may ever be rejected."""
     inputs, opts = problem
     tiled = attend_tiled(**inputs, **opts, block_q=bq, block_k=bk, precision=precision)
     cmp = _judge(precision, inputs, opts, tiled)
     assert cmp.ok, cmp.describe()
-    out, lse = naive(**{k: np.asarray(v) for k, v in inputs.items()}, **opts, precision=precision)
-    cmp = _judge(precision, inputs, opts, (np.asarray(out, np.float64), lse))
-    assert cmp.ok, cmp.describe()
+    for kernel in (naive, hf_eager):
+        out, lse = kernel(**{k: np.asarray(v) for k, v in inputs.items()}, **opts, precision=precision)
+        cmp = _judge(precision, inputs, opts, (np.asarray(out, np.float64), lse))
+        assert cmp.ok, (kernel.__name__, cmp.describe())
 
 
 @given(attention_inputs(min_lk=4, stds=(1.0, 2.0)), st.sampled_from(LOW),

@@ -86,8 +86,12 @@ def test_every_op_has_vectors_with_the_wycheproof_fields():
 
 
 def test_the_folder_is_small():
-    total = sum(p.stat().st_size for p in GOLDEN.rglob("*") if p.is_file())
-    assert total < 4 * 2**20
+    """A budget per op (the largest are float16's tie sweep and attention's long rows)
+    and one for the whole folder, which grows with each area."""
+    files = [p for p in GOLDEN.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 6 * 2**20
+    for p in files:
+        assert p.stat().st_size < 2**20, p
 
 
 def test_golden_dir_is_inside_an_installed_package():

@@ -228,31 +228,45 @@ def _finish_lse(lse, *, lse_base, masked_lse):
     return lse
 
 
-def _run(q, k, v, *, work=np.float64, rnd=None, **options):
+def _run(q, k, v, *, work=np.float64, rnd=None, scale_first=True, **options):
     """Check the arguments, build the visible-key mask and compute (see `_attention`);
     `rnd` also rounds q, k, v and the sinks first."""
     q, k, v, sinks, scale, softcap, visible = _setup(q, k, v, **options)
     if rnd is not None:
         q, k, v = rnd(q), rnd(k), rnd(v)
         sinks = None if sinks is None else rnd(sinks)
-    out, lse = _attention(q, k, v, sinks, visible, scale, softcap, options["sink_in_lse"], work=work, rnd=rnd)
+    out, lse = _attention(q, k, v, sinks, visible, scale, softcap, options["sink_in_lse"], work=work, rnd=rnd,
+                          scale_first=scale_first)
     return out, _finish_lse(lse, lse_base=options["lse_base"], masked_lse=options["masked_lse"])
 
 
-def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.float64, rnd=None):
+def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.float64, rnd=None,
+               scale_first=True):
     """The computation of `attend` in the working dtype `work`; `rnd`, when given,
-    rounds the probabilities before the product with V and the output to a storage
-    precision (a kernel's bf16 P and O; see `ref.attention.emulate`)."""
+    rounds every stored tensor (the scaled query, the logits, each soft-capping step,
+    the probabilities before the product with V, the output) to a storage precision
+    (see `ref.attention.emulate`)."""
     b, lq, hq, _ = q.shape
-    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    lk, hkv = k.shape[1], k.shape[2]
     q, k, v = q.astype(work), k.astype(work), v.astype(work)
     sinks = None if sinks is None else sinks.astype(work)
     g = hq // hkv
     qg = q.reshape(b, lq, hkv, g, q.shape[3]).transpose(0, 2, 3, 1, 4)  # [B, Hkv, G, Lq, D]
     kt = k.transpose(0, 2, 3, 1)[:, :, None]  # [B, Hkv, 1, D, Lk]
-    s = (qg @ kt).reshape(b, hq, lq, lk) * work(scale)
-    if softcap > 0:
-        s = work(softcap) * np.tanh(s / work(softcap))
+    if rnd is None:
+        s = (qg @ kt).reshape(b, hq, lq, lk) * work(scale)
+        if softcap > 0:
+            s = work(softcap) * np.tanh(s / work(softcap))
+    else:  # FlashAttention's reference at low precision: every tensor stored at P
+        def low(x):
+            return rnd(x).astype(work)
+
+        if scale_first:  # q / sqrt(d) stored, then the scores (FlashAttention's reference)
+            s = low(low(qg * work(scale)) @ kt).reshape(b, hq, lq, lk)
+        else:  # the scores stored, then scaled (Hugging Face's eager attention)
+            s = low(low(qg @ kt) * work(scale)).reshape(b, hq, lq, lk)
+        if softcap > 0:
+            s = low(low(np.tanh(low(s / work(softcap)))) * work(softcap))
 
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         keys = np.where(visible, s, -np.inf).astype(work)
@@ -286,11 +300,12 @@ def _weighted_values(p, v, visible, g):
     not see is not read (a plain matrix product would give 0 * NaN = NaN)."""
     b, hq, lq, lk = p.shape
     hkv, dv = v.shape[2], v.shape[3]
-    vt = v.transpose(0, 2, 1, 3)[:, :, None]  # [B, Hkv, 1, Lk, Dv]
+    vt = v.transpose(0, 2, 1, 3)[:, :, None].astype(p.dtype, copy=False)  # [B, Hkv, 1, Lk, Dv]
     finite = np.isfinite(vt)
-    clean = np.where(finite, vt, 0).astype(p.dtype)
+    everywhere = bool(finite.all())
+    clean = vt if everywhere else np.where(finite, vt, 0).astype(p.dtype)
     out = (p.reshape(b, hkv, g, lq, lk) @ clean).reshape(b, hq, lq, dv)
-    if not finite.all():
+    if not everywhere:
         bad = np.where(finite, 0, vt).astype(p.dtype)  # [B, Hkv, 1, Lk, Dv]
         vis = visible.reshape(b, hkv, g, lq, lk)[..., None]
         pw = p.reshape(b, hkv, g, lq, lk)[..., None]

@@ -291,8 +291,10 @@ def apply_rope_emulated(
     x rounded to `precision`; inv_freq held in float32 (the float64 inv_freq rounded
     once); angle = float32(position) * inv_freq in float32; cos and sin of that
     float32 angle rounded to float32 (times the attention factor, rounded, under
-    "cos_sin"); a cos, b sin and their difference or sum each rounded to float32
-    (no FMA); the output rounded to `precision`. At "float64" it is `apply_rope`.
+    "cos_sin") and then stored at `precision` (a cos/sin cache in the model's dtype);
+    a cos, b sin and their difference or sum each rounded to `precision` (no FMA), as
+    Hugging Face's eager `x * cos + rotate_half(x) * sin` in the activation dtype does.
+    At "float32" every step is float32; at "float64" it is `apply_rope`.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
@@ -309,13 +311,19 @@ def apply_rope_emulated(
     cos, sin = f32(np.cos(theta))[..., None, :], f32(np.sin(theta))[..., None, :]  # [*S, 1, r/2]
     if attention_factor == "cos_sin":
         cos, sin = f32(cos * f32(factor)), f32(sin * f32(factor))
+    def low(v):  # every stored tensor at `precision` (no-op after f32 at float32)
+        return round_to(f32(v), precision)
+
+    cos, sin = low(cos), low(sin)
     xr = round_to(xf, precision)
     ia, ib = _pair_index(r, style)
     a, b = xr[..., ia], xr[..., ib]
     out = xr.copy()
     # float64 holds the product of two float32 values exactly, and a float64 sum of two
-    # float32 values rounded to float32 is their float32 sum (53 >= 2 * 24 + 2 bits).
+    # float32 values rounded to float32 is their float32 sum (53 >= 2 * 24 + 2 bits);
+    # at bfloat16/float16 each result goes through float32 first, as a kernel that
+    # computes in float32 registers and stores at its dtype does.
     with np.errstate(invalid="ignore"):
-        out[..., ia] = round_to(f32(f32(a * cos) - f32(b * sin)), precision)
-        out[..., ib] = round_to(f32(f32(b * cos) + f32(a * sin)), precision)
+        out[..., ia] = low(low(a * cos) - low(b * sin))
+        out[..., ib] = low(low(b * cos) + low(a * sin))
     return out

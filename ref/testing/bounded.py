@@ -5,11 +5,17 @@ M the oracle evaluated at P (the op's emulation: inputs and the technique's
 intermediates rounded to P, accumulation as stated) and A the candidate:
 
     err(X) = max |X - E|            over the elements where E is finite
-    pass   iff  err(A) <= k * err(M) + floor * unit(P) * scale
+    pass   iff  err(A) <= k * err(M) + floor(P)
 
-    unit(P): 2^-8 bfloat16, 2^-11 float16, 2^-24 float32 (the unit roundoff), and
-             2^-44 float64 (room for another summation order, about 500 ulps)
-    scale:   "relative" -> max |E|;  "absolute" -> max(1, max |E|)  (log-sum-exp)
+    unit(P): 2^-8 bfloat16, 2^-11 float16, 2^-20 float32 (many roundings, not
+             one), 2^-44 float64 (room for another summation order)
+    floor(P), by the bound's scale, with T = max |E|:
+      "relative"  floor * unit(P) * T
+      "absolute"  floor * unit(P) * max(1, T)
+      "log"       floor * (unit(P) + min(unit(P), 2^-20) * T)   for log-sum-exps:
+                  a normalizer summed at P is off by unit(P) in the log whatever its
+                  size, while the log itself is kept in float32, so an LSE stored
+                  at P (error unit(P) * T) is not excused
 
 Where E is not finite the candidate must match it: NaN where E is NaN, the same
 infinity where E is infinite, and a finite A must not be NaN or infinite anywhere
@@ -32,7 +38,7 @@ from ref.testing.compare import Comparison, Mismatch
 __all__ = ["Bound", "FLOOR_UNITS", "compare_bounded", "compare_bounded_parts", "precision_of", "ratio"]
 
 FLOOR_UNITS = {"float64": 2.0**-44, "float32": 2.0**-20, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-_SCALES = ("relative", "absolute")
+_SCALES = ("relative", "absolute", "log")
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,15 @@ class Bound:
             raise ValueError(f"Bound: expected k >= 1 and floor >= 0, got k={self.k}, floor={self.floor}")
         if self.scale not in _SCALES:
             raise ValueError(f"Bound.scale: expected one of {_SCALES}, got {self.scale!r}")
+
+    def floor_at(self, precision: str, top: float) -> float:
+        """The floor for a candidate at `precision` whose oracle output peaks at `top`."""
+        unit = FLOOR_UNITS[precision]
+        if self.scale == "relative":
+            return self.floor * unit * top
+        if self.scale == "absolute":
+            return self.floor * unit * max(1.0, top)
+        return self.floor * (unit + min(unit, FLOOR_UNITS["float32"]) * top)  # "log"
 
 
 def precision_of(arr: ArrayLike) -> str:
@@ -109,8 +124,7 @@ def compare_bounded(
         err_a = np.where(finite, np.abs(a - e), 0.0)
         err_m = float(np.max(np.where(finite, np.abs(m - e), 0.0)))
     top = float(np.max(np.abs(e[finite])))
-    scale = top if bound.scale == "relative" else max(1.0, top)
-    tol = bound.k * err_m + bound.floor * FLOOR_UNITS[precision] * scale
+    tol = bound.k * err_m + bound.floor_at(precision, top)
     worst = float(err_a.max())
     bad = err_a > tol
     if not bad.any():

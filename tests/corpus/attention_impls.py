@@ -123,6 +123,52 @@ def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
     return round_to(out, precision).astype(_DTYPES[precision]), lse
 
 
+def hf_eager(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
+             sink_tokens=0, softcap=0.0, sink_in_lse="included", *, precision="bfloat16"):
+    """Hugging Face's eager attention in the activation dtype: scores = matmul(q, k^T)
+    stored, times the scale stored, soft-capping step by step in the dtype, softmax
+    in float32 (the sink logit as one more column, dropped after), the normalized
+    probabilities cast to the dtype, matmul with V. The LSE, which eager attention
+    does not return, is the float32 log-sum-exp of the stored scores."""
+    _validate(q, k, v, sinks, mask, causal, window_right, softcap)
+    low = lambda x: _lowp(x, precision)  # noqa: E731
+    q, k, v = low(q), low(k), low(v)
+    b_, lq, hq, d = q.shape
+    lk, hkv = k.shape[1], k.shape[2]
+    scale = np.float32(1 / math.sqrt(d) if scale is None else scale)
+    kk = np.repeat(k, hq // hkv, axis=2).transpose(0, 2, 3, 1)  # [B, Hq, D, Lk]
+    vv = np.repeat(v, hq // hkv, axis=2).transpose(0, 2, 1, 3)  # [B, Hq, Lk, Dv]
+    s = low(low(q.transpose(0, 2, 1, 3) @ kk) * scale)
+    if softcap > 0:
+        cap = np.float32(softcap)
+        s = low(low(np.tanh(low(s / cap))) * cap)
+    i, j = np.arange(lq)[:, None] + lk - lq, np.arange(lk)[None, :]
+    see = np.ones((lq, lk), bool)
+    if causal:
+        see &= j <= i
+    if window_right >= 0:
+        see &= j <= i + window_right
+    if window_left >= 0:
+        see &= (j >= i - window_left) | (j < sink_tokens)
+    if mask is not None:
+        see = see & np.asarray(mask)
+    s = np.where(see, s, np.float32(-np.inf))
+    cols = [s] if sinks is None else [s, np.broadcast_to(low(sinks)[None, :, None, None], (*s.shape[:3], 1))]
+    full = np.concatenate(cols, axis=-1).astype(np.float32)
+    with np.errstate(all="ignore"):
+        m = full.max(axis=-1, keepdims=True, initial=-np.inf)
+        e = np.exp(full - np.where(np.isneginf(m), 0, m))
+        z = e.sum(axis=-1, keepdims=True)
+        p = np.where(z == 0, 0, e / np.where(z == 0, 1, z))[..., :lk]
+        m_k = s.max(axis=-1, keepdims=True, initial=-np.inf)
+        z_k = np.exp(s - np.where(np.isneginf(m_k), 0, m_k)).sum(axis=-1, keepdims=True)
+        lse_k = np.where(z_k == 0, -np.inf, m_k + np.log(np.where(z_k == 0, 1, z_k)))[..., 0]
+        lse = np.logaddexp(lse_k, low(sinks)[None, :, None]) if sinks is not None and sink_in_lse == "included" \
+            else lse_k
+    out = low(low(p) @ vv).transpose(0, 2, 1, 3)
+    return round_to(out, precision).astype(_DTYPES[precision]), lse.astype(np.float32)
+
+
 def naive_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, bugs=frozenset(), precision="float32",
                  **options):
     cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
@@ -303,36 +349,40 @@ def split_impl(splits):
                           variants={"attention.attend": ALL})
 
 
-# name -> (bugs switched on, precision, the flag of a vector that must catch it)
+# name -> (bugs switched on, precision, the flag of a vector that must catch it, the op it breaks)
 BUGS = {
-    "top-left causal alignment": ({"top-left causal"}, "bfloat16", "CausalAlignment"),
-    "softmax without the row maximum": ({"no max subtraction"}, "bfloat16", "LargeLogits"),
-    "GQA mapped interleaved": ({"GQA interleaved"}, "bfloat16", "GroupMapping"),
-    "scale 1/D": ({"scale 1/d"}, "bfloat16", "Scale"),
-    "soft-cap after masking": ({"softcap after mask"}, "bfloat16", "Softcap"),
-    "sink in the LSE swapped": ({"sink LSE swapped"}, "float32", "SinkInLse"),
-    "sink logit scaled": ({"sink scaled"}, "bfloat16", "LearnableSink"),
-    "sink left out of the normalizer": ({"sink not in normalizer"}, "bfloat16", "LearnableSink"),
-    "window one key too wide": ({"window one key too wide"}, "bfloat16", "Window"),
-    "sink tokens exempt from causality": ({"sink tokens ignore causality"}, "bfloat16", "SinkTokens"),
-    "empty row divides 0 by 0": ({"empty row NaN"}, "bfloat16", "EmptyRow"),
-    "empty row gets the mean of V": ({"empty row uniform"}, "bfloat16", "EmptyRow"),
-    "per-head mask applied to the wrong heads": ({"mask heads reversed"}, "bfloat16", "ExplicitMask"),
-    "one maximum for the whole tile": ({"global max"}, "float32", "NaN"),
-    "varlen keys from the batch start": ({"keys from the batch start"}, "bfloat16", "Varlen"),
-    "merge without the max shift": ({"merge without max shift"}, "bfloat16", "MergeShift"),
-    "empty partial merged to NaN": ({"empty partial NaN"}, "bfloat16", "EmptyPartial"),
-    "RoPE pairing swapped": ({"pairing swapped"}, "bfloat16", "RopePairing"),
-    "RoPE rotating the other way": ({"rotation reversed"}, "bfloat16", "RopePairing"),
-    "RoPE exponent over the head dim": ({"exponent over the head dim"}, "bfloat16", "RopeFrequencies"),
-    "RoPE positions ignored": ({"positions ignored"}, "bfloat16", "RopePositions"),
-    "RoPE angles in bfloat16": ({"angles in bfloat16"}, "float32", "RopePositions"),
-    "YaRN attention factor dropped": ({"attention factor dropped"}, "bfloat16", "RopeScaling"),
-    "MLA absorbed with W_UK transposed": ({"W_UK transposed"}, "bfloat16", "MlaWeights"),
-    "MLA value rows taken first": ({"value rows first"}, "bfloat16", "MlaWeights"),
-    "RoPE applied to the latent": ({"RoPE on the latent"}, "bfloat16", "MlaRope"),
-    "MLA scale over the 576-d width": ({"scale over the latent width"}, "bfloat16", "MlaScale"),
-    "MLA mscale applied once": ({"mscale once"}, "bfloat16", "MlaScale"),
+    "top-left causal alignment": ({"top-left causal"}, "bfloat16", "CausalAlignment", "attention.attend"),
+    "softmax without the row maximum": ({"no max subtraction"}, "bfloat16", "LargeLogits", "attention.attend"),
+    "GQA mapped interleaved": ({"GQA interleaved"}, "bfloat16", "GroupMapping", "attention.attend"),
+    "scale 1/D": ({"scale 1/d"}, "bfloat16", "Scale", "attention.attend"),
+    "soft-cap after masking": ({"softcap after mask"}, "bfloat16", "Softcap", "attention.attend"),
+    "sink in the LSE swapped": ({"sink LSE swapped"}, "float32", "SinkInLse", "attention.attend"),
+    "sink logit scaled": ({"sink scaled"}, "bfloat16", "LearnableSink", "attention.attend"),
+    "sink left out of the normalizer": ({"sink not in normalizer"}, "bfloat16", "LearnableSink", "attention.attend"),
+    "window one key too wide": ({"window one key too wide"}, "bfloat16", "Window", "attention.attend"),
+    "sink tokens exempt from causality":
+        ({"sink tokens ignore causality"}, "bfloat16", "SinkTokens", "attention.attend"),
+    "empty row divides 0 by 0": ({"empty row NaN"}, "bfloat16", "EmptyRow", "attention.attend"),
+    "empty row gets the mean of V": ({"empty row uniform"}, "bfloat16", "EmptyRow", "attention.attend"),
+    "per-head mask applied to the wrong heads":
+        ({"mask heads reversed"}, "bfloat16", "ExplicitMask", "attention.attend"),
+    "one maximum for the whole tile": ({"global max"}, "float32", "NaN", "attention.attend"),
+    "varlen keys from the batch start":
+        ({"keys from the batch start"}, "bfloat16", "Varlen", "attention.attend_varlen"),
+    "merge without the max shift": ({"merge without max shift"}, "bfloat16", "MergeShift", "attention.merge_states"),
+    "empty partial merged to NaN": ({"empty partial NaN"}, "bfloat16", "EmptyPartial", "attention.merge_states"),
+    "RoPE pairing swapped": ({"pairing swapped"}, "bfloat16", "RopePairing", "attention.rope"),
+    "RoPE rotating the other way": ({"rotation reversed"}, "bfloat16", "RopePairing", "attention.rope"),
+    "RoPE exponent over the head dim":
+        ({"exponent over the head dim"}, "bfloat16", "RopeFrequencies", "attention.rope"),
+    "RoPE positions ignored": ({"positions ignored"}, "bfloat16", "RopePositions", "attention.rope"),
+    "RoPE angles in bfloat16": ({"angles in bfloat16"}, "float32", "RopePositions", "attention.rope"),
+    "YaRN attention factor dropped": ({"attention factor dropped"}, "bfloat16", "RopeScaling", "attention.rope"),
+    "MLA absorbed with W_UK transposed": ({"W_UK transposed"}, "bfloat16", "MlaWeights", "attention.mla"),
+    "MLA value rows taken first": ({"value rows first"}, "bfloat16", "MlaWeights", "attention.mla"),
+    "RoPE applied to the latent": ({"RoPE on the latent"}, "bfloat16", "MlaRope", "attention.mla"),
+    "MLA scale over the 576-d width": ({"scale over the latent width"}, "bfloat16", "MlaScale", "attention.mla"),
+    "MLA mscale applied once": ({"mscale once"}, "bfloat16", "MlaScale", "attention.mla"),
 }
 
 CORRECT = {
@@ -349,6 +399,12 @@ CORRECT = {
     "split-KV 1": lambda: split_impl(1),
     "split-KV 3": lambda: split_impl(3),
     "split-KV 7": lambda: split_impl(7),
+    "Hugging Face eager attention at bfloat16": lambda: Implementation(
+        "HF eager bf16", {"attention.attend": lambda **kw: hf_eager(**kw, precision="bfloat16")},
+        variants={"attention.attend": ALL}),
+    "Hugging Face eager attention at float16": lambda: Implementation(
+        "HF eager fp16", {"attention.attend": lambda **kw: hf_eager(**kw, precision="float16")},
+        variants={"attention.attend": ALL}),
     "Hugging Face RoPE at bfloat16": lambda: Implementation(
         "HF eager RoPE bf16", {"attention.rope": hf_rope_bf16},
         variants={"attention.rope": {"style": ["neox"], "attention_factor": ["cos_sin", "none"]}}),
