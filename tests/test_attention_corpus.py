@@ -79,3 +79,14 @@ def test_negative_controls_are_rejected(kind, precision):
     (row,) = [r for r in report.ops if r.verdict != "not covered"]
     assert row.verdict == "fail"
     assert row.vectors_run - row.vectors_passed >= 20  # nearly every valid vector, not a lucky one
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16", "float32"])
+def test_torch_sdpa_passes_where_it_has_the_features(precision):
+    pytest.importorskip("torch")
+    from corpus.torch_attention import sdpa_impl
+
+    report = run(sdpa_impl(precision), ops=["attention.attend"], examples=30, shrink=False)
+    (row,) = [r for r in report.ops if r.op == "attention.attend"]
+    assert report.ok, report.details()
+    assert row.verdict == "pass" and row.unsupported > 0 and row.vectors_passed >= 40
