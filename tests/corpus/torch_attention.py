@@ -35,7 +35,7 @@ def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-
         m = np.asarray(mask)
         see = see & (m[None, None] if m.ndim == 2 else m)
     see = torch.from_numpy(np.array(np.broadcast_to(see, (b, hq, lq, lk))))
-    t = [torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(_TORCH[precision]).transpose(1, 2)
+    t = [torch.from_numpy(np.array(x, np.float32)).to(_TORCH[precision]).transpose(1, 2)
          for x in (q, k, v)]
     if lq and lk:  # a row that sees no key: SDPA's own answer (0 since torch 2.5), not patched here
         o = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=see, scale=scale, enable_gqa=True)
