@@ -117,7 +117,7 @@ def _floats(x, name: str, ndim: int) -> NDArray[np.float64]:
         raise TypeError(f"{name}: expected one of {_FLOATS}, got {arr.dtype}")
     if arr.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
-    return arr.astype(np.float64)
+    return arr.astype(np.float64, copy=False)
 
 
 def _scalar(value, name: str) -> float:
@@ -248,15 +248,21 @@ def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.
     (see `ref.attention.emulate`)."""
     b, lq, hq, _ = q.shape
     lk, hkv = k.shape[1], k.shape[2]
-    q, k, v = q.astype(work), k.astype(work), v.astype(work)
+    q, k, v = (x.astype(work, copy=False) for x in (q, k, v))
     sinks = None if sinks is None else sinks.astype(work)
     g = hq // hkv
-    qg = q.reshape(b, lq, hkv, g, q.shape[3]).transpose(0, 2, 3, 1, 4)  # [B, Hkv, G, Lq, D]
-    kt = k.transpose(0, 2, 3, 1)[:, :, None]  # [B, Hkv, 1, D, Lk]
+    d = q.shape[3]
+    # Rows of one KV head: its G query heads' Lq queries, so K and V are read once per KV head.
+    qg = q.reshape(b, lq, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(b, hkv, g * lq, d)
+    kt = k.transpose(0, 2, 3, 1)  # [B, Hkv, D, Lk]
     if rnd is None:
-        s = (qg @ kt).reshape(b, hq, lq, lk) * work(scale)
+        s = (qg @ kt).reshape(b, hq, lq, lk)
+        s *= work(scale)
         if softcap > 0:
-            s = work(softcap) * np.tanh(s / work(softcap))
+            cap = work(softcap)
+            s /= cap
+            np.tanh(s, out=s)
+            s *= cap
     else:  # FlashAttention's reference at low precision: every tensor stored at P
         def low(x):
             return rnd(x).astype(work)
@@ -269,11 +275,13 @@ def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.
             s = low(low(np.tanh(low(s / work(softcap)))) * work(softcap))
 
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        keys = np.where(visible, s, -np.inf).astype(work)
+        keys = s  # [B, Hq, Lq, Lk], in place from here: masked logits are -inf
+        np.copyto(keys, -np.inf, where=~visible)
         m_keys = keys.max(axis=-1, initial=-np.inf)  # NaN propagates: a NaN row stays NaN
         m = m_keys if sinks is None else np.maximum(m_keys, sinks[None, :, None])
         shift = np.where(np.isfinite(m), m, 0).astype(work)[..., None]
-        p = np.where(visible, np.exp(keys - shift), 0).astype(work)  # [B, Hq, Lq, Lk]
+        p = np.subtract(keys, shift)  # exp(-inf - finite) = 0: masked keys weigh nothing
+        np.exp(p, out=p)
         z = p.sum(axis=-1, dtype=work)
         if sinks is not None:
             z = z + np.exp(sinks[None, :, None] - shift[..., 0])
@@ -283,8 +291,11 @@ def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.
 
         # The LSE of the keys alone, shifted by their own maximum so that a large sink
         # cannot underflow it; the sink joins by logaddexp.
-        shift_k = np.where(np.isfinite(m_keys), m_keys, 0).astype(work)
-        zk = np.where(visible, np.exp(keys - shift_k[..., None]), 0).sum(axis=-1, dtype=work)
+        if sinks is None:  # the same shift and sum as the output's
+            shift_k, zk = shift[..., 0], z
+        else:
+            shift_k = np.where(np.isfinite(m_keys), m_keys, 0).astype(work)
+            zk = np.where(visible, np.exp(keys - shift_k[..., None]), 0).sum(axis=-1, dtype=work)
         lse = np.where(zk > 0, shift_k + np.log(np.where(zk > 0, zk, 1)), -np.inf).astype(work)
         lse = np.where(np.isnan(m_keys), np.nan, lse)
         if sinks is not None and sink_in_lse == "included":
@@ -297,19 +308,25 @@ def _attention(q, k, v, sinks, visible, scale, softcap, sink_in_lse, *, work=np.
 
 def _weighted_values(p, v, visible, g):
     """sum_j p_ij v_j over visible j, per query head; non-finite v at keys a row does
-    not see is not read (a plain matrix product would give 0 * NaN = NaN)."""
+    not see is not read (a plain matrix product would give 0 * NaN = NaN).
+
+    p [B, Hq, Lq, Lk], v [B, Lk, Hkv, Dv], Hq = Hkv * g. Returns [B, Hq, Lq, Dv]."""
     b, hq, lq, lk = p.shape
     hkv, dv = v.shape[2], v.shape[3]
-    vt = v.transpose(0, 2, 1, 3)[:, :, None].astype(p.dtype, copy=False)  # [B, Hkv, 1, Lk, Dv]
-    finite = np.isfinite(vt)
-    everywhere = bool(finite.all())
-    clean = vt if everywhere else np.where(finite, vt, 0).astype(p.dtype)
-    out = (p.reshape(b, hkv, g, lq, lk) @ clean).reshape(b, hq, lq, dv)
-    if not everywhere:
-        bad = np.where(finite, 0, vt).astype(p.dtype)  # [B, Hkv, 1, Lk, Dv]
-        vis = visible.reshape(b, hkv, g, lq, lk)[..., None]
-        pw = p.reshape(b, hkv, g, lq, lk)[..., None]
-        extra = np.where(vis, pw * bad[:, :, :, None], 0).sum(axis=-2, dtype=p.dtype)
+    v = v.astype(p.dtype, copy=False)
+    bad = np.flatnonzero(~np.isfinite(v).all(axis=(0, 2, 3)))  # keys holding a NaN or Inf
+    clean = v
+    if bad.size:
+        clean = v.copy()
+        clean[:, bad] = np.where(np.isfinite(v[:, bad]), v[:, bad], 0)
+    vt = clean.transpose(0, 2, 1, 3)  # [B, Hkv, Lk, Dv]
+    out = (p.reshape(b, hkv, g * lq, lk) @ vt).reshape(b, hq, lq, dv)
+    if bad.size:  # IEEE products at the visible ones among those keys only
+        vb = v[:, bad]
+        nonfinite = np.where(np.isfinite(vb), 0, vb).transpose(0, 2, 1, 3)[:, :, None, None]  # [B,Hkv,1,1,nb,Dv]
+        vis = visible[..., bad].reshape(b, hkv, g, lq, bad.size)[..., None]
+        pw = p[..., bad].reshape(b, hkv, g, lq, bad.size)[..., None]
+        extra = np.where(vis, pw * nonfinite, 0).sum(axis=-2, dtype=p.dtype)
         out = out + extra.reshape(b, hq, lq, dv)
     return out
 
