@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.attention.attend import attend
+from ref.attention.attend import _floats, attend
 from ref.attention.rope import apply_rope
 
 __all__ = [
@@ -60,7 +60,6 @@ __all__ = [
 
 SELECTIONS = ("2norm", "high", "low", "uniform")
 SVD_METHODS = ("weights", "whitened")
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 class ConvertedLayer(NamedTuple):
@@ -79,15 +78,6 @@ class ConvertedLayer(NamedTuple):
     w_uk: NDArray[np.float64]
     w_uv: NDArray[np.float64]
     n_heads: int
-
-
-def _floats(x, name: str, ndim: int) -> NDArray[np.float64]:
-    arr = np.asarray(x)
-    if arr.dtype.name not in _FLOATS:
-        raise TypeError(f"{name}: expected one of {_FLOATS}, got {arr.dtype}")
-    if arr.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
-    return arr.astype(np.float64)
 
 
 def _int(value, name: str, low: int, high: int | None = None) -> int:

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.attention.attend import attend
+from ref.attention.attend import _floats, attend
 from ref.attention.rope import ROPE_STYLES, apply_rope, yarn_mscale
 
 __all__ = [
@@ -53,16 +53,6 @@ __all__ = [
     "unabsorb_output",
 ]
 
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
-
-
-def _floats(x, name: str, ndim: int) -> NDArray[np.float64]:
-    arr = np.asarray(x)
-    if arr.dtype.name not in _FLOATS:
-        raise TypeError(f"{name}: expected one of {_FLOATS}, got {arr.dtype}")
-    if arr.ndim != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
-    return arr.astype(np.float64)
 
 
 def _positive_int(value, name: str) -> int:
