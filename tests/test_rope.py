@@ -487,26 +487,45 @@ def test_emulated_float64_is_the_oracle_and_bfloat16_rounds():
 
 
 def test_emulated_matches_a_numpy_float32_pipeline_bit_for_bit():
+    """The emulation is one of two pipelines written here in NumPy's own float32 and
+    low-precision arithmetic: frequencies from the float64 formula rounded once, or
+    computed in float32 (reference code); it is the one further from the oracle."""
     rng = np.random.default_rng(6)
     for precision, dtype in (("bfloat16", BF16), ("float16", np.float16), ("float32", np.float32)):
         for style, scaling in (("neox", GPT_OSS), ("gptj", DEEPSEEK_V3), ("neox", LLAMA31)):
             x = (rng.standard_normal((7, 2, 16)) * 3).astype(dtype)
             pos = rng.integers(0, 200_000, 7)
-            inv, factor = rope_frequencies(12, base=150000.0, scaling=scaling)
-            theta = pos.astype(np.float32)[:, None] * inv.astype(np.float32)  # float32 multiply
-            cos = np.cos(theta.astype(np.float64)).astype(np.float32) * np.float32(factor)
-            sin = np.sin(theta.astype(np.float64)).astype(np.float32) * np.float32(factor)
-            cos, sin = cos.astype(dtype), sin.astype(dtype)  # the cache in the activation dtype
-            i = np.arange(6)
-            ia, ib = (i, i + 6) if style == "neox" else (2 * i, 2 * i + 1)
-            a, b = x[..., ia], x[..., ib]  # arithmetic in `dtype`: each result rounded to it
-            want = x.copy()
-            want[..., ia] = a * cos[:, None] - b * sin[:, None]
-            want[..., ib] = b * cos[:, None] + a * sin[:, None]
-            want = want.astype(np.float64)
+            pipelines = []
+            for freq_dtype in ("float64", "float32"):
+                inv, factor = rope_frequencies(12, base=150000.0, scaling=scaling, dtype=freq_dtype)
+                theta = pos.astype(np.float32)[:, None] * inv.astype(np.float32)  # float32 multiply
+                cos = np.cos(theta.astype(np.float64)).astype(np.float32) * np.float32(factor)
+                sin = np.sin(theta.astype(np.float64)).astype(np.float32) * np.float32(factor)
+                cos, sin = cos.astype(dtype), sin.astype(dtype)  # the cache in the activation dtype
+                i = np.arange(6)
+                ia, ib = (i, i + 6) if style == "neox" else (2 * i, 2 * i + 1)
+                a, b = x[..., ia], x[..., ib]  # arithmetic in `dtype`: each result rounded to it
+                want = x.copy()
+                want[..., ia] = a * cos[:, None] - b * sin[:, None]
+                want[..., ib] = b * cos[:, None] + a * sin[:, None]
+                pipelines.append(want.astype(np.float64))
             got = apply_rope_emulated(x, pos, precision, rotary_dim=12, base=150000.0, style=style,
                                       scaling=scaling)
-            assert np.array_equal(got, want), (precision, style)
+            exact = apply_rope(x, pos, rotary_dim=12, base=150000.0, style=style, scaling=scaling)
+            errors = [np.abs(p - exact).max() for p in pipelines]
+            assert np.array_equal(got, pipelines[int(np.argmax(errors))]), (precision, style)
+
+
+def test_float32_frequencies_are_the_formula_in_float32():
+    for scaling in (None, LLAMA31, DEEPSEEK_V3, GPT_OSS, {"rope_type": "linear", "factor": 4.0}):
+        for r in (6, 64, 128):
+            f64, a = rope_frequencies(r, base=500000.0, scaling=scaling)
+            f32, b = rope_frequencies(r, base=500000.0, scaling=scaling, dtype="float32")
+            assert a == b and f32.dtype == np.float64
+            assert np.array_equal(f32, f32.astype(np.float32))  # float32 values
+            assert np.allclose(f32, f64, rtol=2e-6, atol=0)  # a few float32 ulps of the formula
+    with pytest.raises(ValueError, match="dtype"):
+        rope_frequencies(8, dtype="float16")
 
 
 # ---------------------------------------------------------------- errors -----------

@@ -204,9 +204,10 @@ def _attend_vectors() -> list[VectorSpec]:
     mla["v"] = np.ascontiguousarray(mla["k"][..., :512])
     add("FlashMLA convention: MQA over a 576-d latent cache, V = its first 512 dims", ["HeadDim"], mla,
         causal=True, scale=1 / math.sqrt(192))
-    nan = _qkv(rng, 1, 4, 5, 2, 2, 8)
+    nan = _qkv(rng, 1, 4, 5, 4, 2, 8)
     nan["q"][0, 2, 1, 3] = np.nan
-    add("NaN in one query row of one head: that row is NaN, every other row is not", ["NaN"], nan, causal=True)
+    add("NaN in one query row of head 1: that row is NaN; head 0, which shares its KV head, is not", ["NaN"],
+        nan, causal=True)
     for choice in _attend.SINK_IN_LSE:
         add(f"sink_in_lse={choice}: a sink near the keys' mass, rows emptied by the mask",
             ["SinkInLse", "LearnableSink", "EmptyRow"],
@@ -242,6 +243,15 @@ def _attend_vectors() -> list[VectorSpec]:
         _qkv(rng, 1, 3, 200, 2, 2, 16), causal=True, window_left=50)
     add("long rows with learnable sinks and soft-cap 30", ["TileLoop", "LearnableSink", "Softcap"],
         {**_qkv(rng, 1, 70, 100, 2, 1, 16, std=2.0), "sinks": grid(rng, (2,), 2.0)}, causal=True, softcap=30.0)
+    nan_v = _qkv(rng, 1, 3, 6, 4, 2, 8)
+    nan_v["v"][0, 4, 1, 2] = np.nan
+    add("NaN in a V row every query sees: KV head 1's query heads are NaN in one column, KV head 0's are not",
+        ["NaN"], nan_v)
+    nan_k = _qkv(rng, 1, 3, 6, 4, 2, 8)
+    nan_k["k"][0, 2, 0, 5] = np.nan
+    add("NaN in a K row every query sees: KV head 0's query heads are NaN, KV head 1's are not", ["NaN"], nan_k)
+    add("explicit mask [B, 1, Lq, Lk]: one mask per batch element, shared by the heads", ["ExplicitMask"],
+        {**_qkv(rng, 3, 4, 6, 4, 2, 8), "mask": rng.random((3, 1, 4, 6)) < 0.6})
     add("random: GQA 4/2, causal, window, soft-cap, sinks", ["Random"],
         {**_qkv(rng, 2, 7, 11, 4, 2, 32), "sinks": grid(rng, (4,))}, causal=True, window_left=5, softcap=20.0)
 
@@ -292,6 +302,8 @@ def _attend_case(draw, supported, varlen=False):
         top = 100 if draw(st.integers(0, 7), label="long?") == 0 else 8
         lks = [draw(st.integers(0, top), label="lk") for _ in range(nseq)]
         lqs = [draw(st.integers(0, min(lk_, 6) if top == 8 else lk_), label="lq") for lk_ in lks]
+        if lqs and draw(st.booleans(), label="more queries than keys?"):
+            lqs[-1] = lks[-1] + draw(st.integers(1, 3), label="extra queries")
         tq, tk = sum(lqs), sum(lks)
         inputs.update(q=grid(rng, (tq, hq, d), std), k=grid(rng, (tk, hkv, d), std), v=grid(rng, (tk, hkv, dv)),
                       cu_seqlens_q=np.cumsum([0] + lqs).astype(np.int32),
@@ -304,7 +316,8 @@ def _attend_case(draw, supported, varlen=False):
         lq, lk = draw(st.integers(0, 9), label="lq"), draw(st.integers(0, 12), label="lk")
     inputs.update(_qkv(rng, b, lq, lk, hq, hkv, d, dv, std))
     if draw(st.booleans(), label="mask?"):
-        shape = draw(st.sampled_from([(lq, lk), (b, hq, lq, lk), (1, hq, lq, lk)]), label="mask shape")
+        shape = draw(st.sampled_from([(lq, lk), (b, hq, lq, lk), (1, hq, lq, lk), (b, 1, lq, lk)]),
+                     label="mask shape")
         inputs["mask"] = rng.random(shape) < 0.7
     return Case(inputs, params)
 
@@ -341,6 +354,10 @@ def _varlen_vectors() -> list[VectorSpec]:
         packed([70, 130, 1], [70, 130, 1], 2, 1, 16), causal=True)
     add("long decode batch: contexts 90 and 200, window 64", ["Varlen", "TileLoop", "Window"],
         packed([1, 2], [90, 200], 4, 2, 16), causal=True, window_left=64)
+    add("causal with more queries than keys in a sequence (5 over 3): its first 2 rows see no key",
+        ["Varlen", "CausalAlignment", "EmptyRow"], packed([5, 2], [3, 4], 2, 1, 8), causal=True)
+    add("learnable sinks on a sequence with queries but no keys: its LSE is the sink",
+        ["Varlen", "LearnableSink", "EmptyRow"], {**packed([2, 3, 1], [3, 0, 2], 2, 2, 8), "sinks": grid(rng, (2,))})
     add("no sequences at all", ["EmptyInput"], packed([], [], 2, 2, 8))
     add("offsets not starting at 0", ["InvalidInput"],
         {**packed([2, 2], [2, 2], 2, 2, 8), "cu_seqlens_q": np.array([1, 2, 4], np.int32)}, result="invalid")
@@ -389,18 +406,19 @@ def _merge_vectors() -> list[VectorSpec]:
         {**states(2, 2, 8), "lse_a": np.full((2, 2), 40.0, np.float32)})
     st_ = states(4, 2, 8)
     st_["lse_a"][0, 0] = -np.inf
-    st_["o_a"][0, 0] = 0
     st_["lse_b"][1, 1] = -np.inf
-    st_["o_b"][1, 1] = 0
     st_["lse_a"][2] = -np.inf
     st_["lse_b"][2] = -np.inf
-    st_["o_a"][2] = 0
-    st_["o_b"][2] = 0
-    add("empty partials (LSE -inf): one side, the other, both (output 0, LSE -inf)", ["EmptyPartial"], st_)
+    add("empty partials (LSE -inf, stale finite outputs): one side, the other, both (output 0, LSE -inf)",
+        ["EmptyPartial"], st_)
     add("no rows", ["EmptyInput"], states(0, 2, 8))
     nan = states(3, 2, 4)
     nan["lse_b"][1, 0] = np.nan
     add("NaN LSE in one row stays in that row", ["NaN"], nan)
+    tie = states(3, 2, 8)
+    tie["lse_b"][1] = tie["lse_a"][1]
+    tie["o_a"][2, 0, 3] = np.nan
+    add("equal LSEs in a row (weights 1/2 each), and NaN in one partial output", ["MergeShift", "NaN"], tie)
     add("o and lse shapes disagree", ["InvalidInput"], {**states(3, 2, 4), "lse_b": np.zeros((3, 3), np.float32)},
         result="invalid")
     add("an LSE of +inf (FlashAttention-2's empty row, unmapped)", ["InvalidInput", "MaskedLse"],
@@ -450,7 +468,9 @@ def _merge_case(draw, supported):
 
 # ---------------------------------------------------------------------------- rope
 
-ROPE_BOUND = Bound(k=2.0, floor=2.0, scale="relative")
+# k = 4: a float32 RoPE's error is the angle's, position times the frequency's error, and float32
+# pow implementations differ by up to 2 ulps (torch) from a correctly rounded frequency.
+ROPE_BOUND = Bound(k=4.0, floor=2.0, scale="relative")
 ROPE_VARIANTS = (
     Variant("style", rope.ROPE_STYLES, "neox", "which dims pair up: rotate-half (neox) or interleaved (gptj)"),
     Variant("attention_factor", rope.ATTENTION_FACTORS, "cos_sin",
@@ -495,6 +515,16 @@ def _rope_vectors() -> list[VectorSpec]:
         attention_factor="cos_sin")
     add("linear position interpolation, factor 4", ["RopeScaling"], grid(rng, (3, 1, 16)), [0, 5, 4000],
         scaling={"rope_type": "linear", "factor": 4.0})
+    add("YaRN with an explicit attention_factor 1.5 (the formula would give 1.21)", ["RopeScaling"], grid(rng, (3, 2, 32)), [0, 100, 9000],
+        scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 2048,
+                 "attention_factor": 1.5})
+    add("YaRN with mscale 1.0 over mscale_all_dim 0.8: the factor is their ratio", ["RopeScaling"],
+        grid(rng, (3, 2, 32)), [1, 5000, 30000],
+        scaling={**DEEPSEEK_V3_YARN, "mscale_all_dim": 0.8})
+    add("the old key 'type' instead of 'rope_type' (DeepSeek's config.json)", ["RopeScaling"],
+        grid(rng, (3, 1, 64)), [0, 4096, 100000], style="gptj",
+        scaling={"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
+                 "beta_slow": 1})
     add("rotary_dim 0: the identity", ["RopeFrequencies"], grid(rng, (2, 1, 4)), [3, 9], rotary_dim=0)
     add("no tokens", ["EmptyInput"], grid(rng, (0, 2, 8)), np.zeros(0, np.int64))
     add("odd rotary_dim", ["InvalidInput"], grid(rng, (2, 1, 8)), [0, 1], result="invalid", rotary_dim=3)

@@ -121,13 +121,14 @@ def _llama3(inv_freq, cfg):
     orig = _real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
     if high <= low:
         raise ValueError(f"high_freq_factor: expected more than low_freq_factor = {low}, got {high}")
-    wavelen = 2 * math.pi / inv_freq
-    low_freq_wavelen, high_freq_wavelen = orig / low, orig / high
-    smooth = (orig / wavelen - low) / (high - low)
+    work = inv_freq.dtype.type  # python floats below are weak: the arithmetic stays in it
+    wavelen = work(2 * math.pi) / inv_freq
+    low_freq_wavelen, high_freq_wavelen = work(orig / low), work(orig / high)
+    smooth = (work(orig) / wavelen - work(low)) / work(high - low)
     # Hugging Face's and Meta's comparisons: strict at both ends, so a wavelength equal
     # to either bound is "medium" (smooth is 0 or 1 there: the three pieces meet).
-    medium = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-    out = np.where(wavelen > low_freq_wavelen, inv_freq / factor, medium)
+    medium = (1 - smooth) * inv_freq / work(factor) + smooth * inv_freq
+    out = np.where(wavelen > low_freq_wavelen, inv_freq / work(factor), medium)
     return np.where(wavelen < high_freq_wavelen, inv_freq, out)
 
 
@@ -152,9 +153,10 @@ def _yarn(inv_freq, r, base, cfg):
     low, high = max(low, 0), min(high, r - 1)  # r - 1, not r/2 - 1: as Hugging Face and DeepSeek clamp
     if low == high:
         high += 0.001
-    ramp = np.clip((np.arange(r // 2) - low) / (high - low), 0.0, 1.0)  # 0: extrapolate, 1: interpolate
-    extrapolation = 1.0 - ramp
-    return inv_freq / factor * (1 - extrapolation) + inv_freq * extrapolation
+    work = inv_freq.dtype.type
+    ramp = np.clip((np.arange(r // 2, dtype=work) - work(low)) / work(high - low), 0, 1)  # 1: interpolate
+    extrapolation = 1 - ramp
+    return inv_freq / work(factor) * (1 - extrapolation) + inv_freq * extrapolation
 
 
 def _yarn_attention_factor(cfg) -> float:
@@ -168,9 +170,14 @@ def _yarn_attention_factor(cfg) -> float:
 
 
 def rope_frequencies(
-    rotary_dim: int, *, base: float = 10000.0, scaling: Mapping | None = None
+    rotary_dim: int, *, base: float = 10000.0, scaling: Mapping | None = None, dtype: str = "float64"
 ) -> tuple[NDArray[np.float64], float]:
-    """inv_freq [rotary_dim // 2] (float64) and the attention factor (1.0 unless YaRN).
+    """inv_freq [rotary_dim // 2] and the attention factor (1.0 unless YaRN).
+
+    `dtype` is the arithmetic: "float64" (the oracle), or "float32", every step of
+    the formulas below in float32, as Hugging Face's and DeepSeek's reference code
+    compute them (`base ** (arange(0, r, 2).float() / r)`, the blends in float32);
+    the bounded rule's float32 yardstick uses it. Returned as float64 either way.
 
     inv_freq[i] = base^(-2i/r), i = 0..r/2-1, then by `scaling["rope_type"]`:
 
@@ -196,14 +203,18 @@ def rope_frequencies(
     if base <= 1:
         raise ValueError(f"base: expected a number > 1, got {base}")
     kind, cfg = _scaling(scaling)
-    inv_freq = base ** (-np.arange(0, r, 2, dtype=np.float64) / r) if r else np.zeros(0)
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype: expected 'float64' or 'float32', got {dtype!r}")
+    work = np.dtype(dtype).type
+    inv_freq = work(1) / work(base) ** (np.arange(0, r, 2, dtype=work) / work(r)) if r else np.zeros(0, work)
+    factor = 1.0
     if kind == "linear":
-        return inv_freq / _real(cfg["factor"], "factor"), 1.0
-    if kind == "llama3":
-        return _llama3(inv_freq, cfg), 1.0
-    if kind == "yarn":
-        return _yarn(inv_freq, r, base, cfg), _yarn_attention_factor(cfg)
-    return inv_freq, 1.0
+        inv_freq = inv_freq / work(_real(cfg["factor"], "factor"))
+    elif kind == "llama3":
+        inv_freq = _llama3(inv_freq, cfg)
+    elif kind == "yarn":
+        inv_freq, factor = _yarn(inv_freq, r, base, cfg), _yarn_attention_factor(cfg)
+    return inv_freq.astype(np.float64), factor
 
 
 def _check(x, positions, rotary_dim, style, attention_factor):
@@ -289,7 +300,8 @@ def apply_rope_emulated(
     """`apply_rope` as a kernel at `precision` computes it (values returned as float64).
 
     x rounded to `precision`; inv_freq held in float32 (the float64 inv_freq rounded
-    once); angle = float32(position) * inv_freq in float32; cos and sin of that
+    once, or computed in float32 arithmetic as reference code does: whichever of the
+    two evaluations lands further from `apply_rope`); angle = float32(position) * inv_freq in float32; cos and sin of that
     float32 angle rounded to float32 (times the attention factor, rounded, under
     "cos_sin") and then stored at `precision` (a cos/sin cache in the model's dtype);
     a cos, b sin and their difference or sum each rounded to `precision` (no FMA), as
@@ -302,8 +314,15 @@ def apply_rope_emulated(
     if precision == "float64":
         return apply_rope(x, positions, **options)
     xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor)
-    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling)
+    exact = apply_rope(x, positions, **options)
+    tries = [_rotate_at(xf, pos, r, precision, style, attention_factor, *rope_frequencies(
+        r, base=base, scaling=scaling, dtype=dtype)) for dtype in ("float64", "float32")]
+    errors = [np.max(np.abs(t - exact), initial=0.0, where=np.isfinite(exact)) for t in tries]
+    return tries[int(np.argmax(errors))]
 
+
+def _rotate_at(xf, pos, r, precision, style, attention_factor, inv_freq, factor):
+    """One low-precision evaluation of the rotation, given the frequencies."""
     def f32(v):
         return round_to(v, "float32")
 
