@@ -15,7 +15,7 @@ import pytest
 def pytest_addoption(parser):
     group = parser.getgroup("llm-ref", "llm-ref conformance suite")
     group.addoption("--ref-impl", default=None,
-                    help="MODULE[:ATTR] of the implementation (default: the bundled ml_dtypes adapter)")
+                    help="MODULE[:ATTR] of the implementation (default: the bundled ref.conformance.adapters.default)")
     group.addoption("--ref-examples", type=int, default=30, help="hypothesis examples per op")
     group.addoption("--ref-skips-file", default=None, help="lines 'op[/part] reason': not run")
     group.addoption("--ref-xfails-file", default=None, help="lines 'op[/part] reason': expected to fail")
