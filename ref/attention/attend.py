@@ -152,9 +152,9 @@ def _check(q, k, v, sinks, scale, softcap):
         sinks = _floats(sinks, "sinks", 1)
         if sinks.shape != (hq,):
             raise ValueError(f"sinks: expected one logit per query head, shape ({hq},), got {sinks.shape}")
-    scale = 1.0 / math.sqrt(d) if scale is None else _scalar(scale, "scale")
     if d == 0 and scale is None:
         raise ValueError("q: head dim 0 needs an explicit scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else _scalar(scale, "scale")
     softcap = _scalar(softcap, "softcap")
     if softcap < 0:
         raise ValueError(f"softcap: expected 0 (off) or a positive cap, got {softcap}")

@@ -150,9 +150,10 @@ def _attend_vectors() -> list[VectorSpec]:
         _qkv(rng, 1, 6, 9, 8, 2, 16), causal=True)
     add("GQA 6/3 with distinct KV heads, no mask", ["GroupMapping"], _qkv(rng, 2, 4, 4, 6, 3, 8))
     add("MQA: 4 query heads share one KV head", ["GroupMapping"], _qkv(rng, 1, 3, 10, 4, 1, 16))
-    big = _qkv(rng, 1, 4, 6, 2, 2, 16, std=12.0)
-    add("logits near 1000: exp overflows without the row maximum subtracted", ["LargeLogits"], big)
-    add("logits near -1000: exp underflows to 0 without the row maximum", ["LargeLogits"],
+    big = _qkv(rng, 1, 4, 6, 2, 2, 16, std=24.0)
+    add("logits up to +-1000: exp overflows (even float64's) without the row maximum subtracted",
+        ["LargeLogits"], big)
+    add("the same keys negated: exp underflows to 0 without the row maximum", ["LargeLogits"],
         {**big, "k": -big["k"]})
     add("explicit scale 0.5 instead of 1/sqrt(D)", ["Scale"], _qkv(rng, 1, 4, 5, 2, 2, 16), scale=0.5)
     add("soft-cap 1.0 with a causal mask: masked keys must stay at weight 0", ["Softcap", "CausalAlignment"],
@@ -167,7 +168,7 @@ def _attend_vectors() -> list[VectorSpec]:
     add("learnable sinks dominating the row (sink logits 6..8): the LSE variant shows",
         ["LearnableSink", "SinkInLse"],
         {**_qkv(rng, 1, 3, 6, 4, 2, 16), "sinks": np.array([6, 7, 7.5, 8], dtype=np.float32)})
-    add("learnable sinks with a window that empties rows: output 0, LSE = sink (or -inf excluded)",
+    add("learnable sinks, causal with Lq > Lk emptying rows: output 0, LSE = sink (or -inf excluded)",
         ["LearnableSink", "EmptyRow", "SinkInLse"],
         {**_qkv(rng, 1, 6, 3, 2, 2, 8), "sinks": np.array([0.5, -1], dtype=np.float32)}, causal=True)
     add("sliding window (3, 0): each row sees its key and the 3 before it", ["Window"],
@@ -600,7 +601,7 @@ def _mla_vectors() -> list[VectorSpec]:
     add("DeepSeek-V3 dims: r 512, rope 64, nope 128, v 128 (one head)", ["MlaWeights", "HeadDim"],
         _mla_inputs(rng, 1, 2, 5, 1, 128, 64, 512, 128), causal=True, rope_scaling=DEEPSEEK_V3_YARN)
     long = _mla_inputs(rng, 1, 2, 120, 2, 8, 8, 32, 8, 2.0)
-    long["c_kv"][:, 110] *= 3  # a late latent with a large score
+    long["c_kv"][:, 110] = round_to(long["c_kv"][:, 110] * 3, "bfloat16")  # a late latent, a large score
     add("decode chunk over 120 latent tokens, a dominant key in the last tile", ["MlaWeights", "TileLoop"],
         long, causal=True)
     add("an explicit scale", ["MlaScale"], _mla_inputs(rng, 1, 3, 3, 2, 8, 4, 16, 8), scale=0.3)
