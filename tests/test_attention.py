@@ -325,6 +325,7 @@ def test_varlen_equals_attend_per_sequence(lengths, seed, causal):
     (lambda q, k, v: attend(q, k, v, sink_tokens=-1), "sink_tokens"),
     (lambda q, k, v: attend(q, k, v, softcap=-1.0), "softcap"),
     (lambda q, k, v: attend(q, k, v, scale=float("nan")), "scale"),
+    (lambda q, k, v: attend(q[..., :0], k[..., :0], v), "head dim 0 needs an explicit scale"),
     (lambda q, k, v: attend(q, k, v, sinks=np.zeros(3)), "sinks"),
     (lambda q, k, v: attend(q, k, v, mask=np.ones((3, 5))), "mask: expected a bool"),
     (lambda q, k, v: attend(q, k, v, mask=np.ones((3, 4), bool)), "mask: expected"),
