@@ -62,6 +62,10 @@ def test_shapes_types_and_precisions():
     assert not compare_bounded(e, e, np.ones((3, 2)), precision="float32").ok
     assert "shape" in compare_bounded(e, e, np.ones(6), precision="float32").describe()
     assert not compare_bounded(e, e, np.ones((2, 3), np.int32), precision="float32").ok
+    structured = np.zeros((2, 3), dtype=[("a", np.float32)])
+    assert "float array" in compare_bounded(e, e, structured, precision="float32").describe()
+    with pytest.raises(ValueError, match="precision"):
+        attend_emulated("float8", np.zeros((1, 1, 1, 2)), np.zeros((1, 1, 1, 2)), np.zeros((1, 1, 1, 2)))
     assert compare_bounded(e, e, np.ones((2, 3), ml_dtypes.bfloat16), precision="bfloat16").ok
     with pytest.raises(ValueError, match="precision"):
         compare_bounded(e, e, e, precision="float8")

@@ -76,9 +76,12 @@ def precision_of(arr: ArrayLike) -> str:
 
 def _float64(x, name: str) -> np.ndarray:
     arr = np.asarray(x)
-    if arr.dtype.kind not in "fV" and arr.dtype.name not in PRECISIONS:
-        raise TypeError(f"{name}: expected a float array, got {arr.dtype}")
-    return arr.astype(np.float64)
+    if arr.dtype.kind != "f" and not arr.dtype.name.startswith(("bfloat16", "float")):
+        raise TypeError(f"{name}: expected a float array, got {arr.dtype}")  # ml_dtypes' floats included
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: cannot read {arr.dtype} as float64 ({exc})") from None
 
 
 def compare_bounded(
