@@ -82,6 +82,9 @@ class Op:
     # Bounded ops: emulate(precision, **inputs, **params) is the oracle evaluated at a
     # kernel's precision; compare(expected, actual, emulated, precision) judges by it.
     emulate: Callable[..., Any] | None = None
+    # The flags a drawn example or exhaustive case exercises (e.g. "EmptyRow"), so that
+    # a skip or xfail entry naming a flag covers random cases as it covers vectors.
+    case_flags: Callable[[Case], tuple[str, ...]] | None = None
 
     @property
     def seed(self) -> int:
