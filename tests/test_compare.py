@@ -134,3 +134,14 @@ def test_compare_parts_names_the_failing_output():
     assert not cmp.ok and cmp.describe().startswith("scales:")
     assert "tuple" in compare_parts((np.uint8([1]),), np.uint8([1]), names=("codes",),
                                     comparators=(compare_exact,)).problem
+
+
+def test_float64_values_are_compared_without_overflow():
+    """A wrong float64 output is a failed comparison with a distance, not an OverflowError."""
+    cmp = compare_values([1.0], [2.0], fmt="float64")
+    assert not cmp.ok and cmp.worst == 2.0**52 and cmp.first.index == (0,)
+    opposite = compare_values(np.float64([-1.0, 3.0]), np.float64([1.0, 3.0]), fmt="float64")
+    assert not opposite.ok and opposite.mismatched == 1 and opposite.worst == 2 * 0x3FF0000000000000
+    assert compare_values(np.float64([np.nan, -0.0]), np.float64([-np.nan, -0.0]), fmt="float64").ok
+    assert compare_values(np.float64([np.nan]), np.float64([1.0]), fmt="float64").worst == np.inf
+    assert not compare_values(np.float64([np.inf]), np.float64([-np.inf]), fmt="float64").ok

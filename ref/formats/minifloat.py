@@ -201,7 +201,7 @@ class FloatFormat:
     def is_nan_code(self, codes: NDArray) -> NDArray[np.bool_]:
         """Boolean mask of the codes that decode to NaN."""
         codes = np.asarray(codes).astype(np.int64)
-        mag = codes & ~self.sign_mask
+        mag = codes & ((1 << (self.nbits - 1)) - 1) if self.signed else codes  # ~sign_mask overflows int64
         if self.nan is NanEncoding.IEEE:
             return (mag >> self.mbits == (1 << self.ebits) - 1) & (mag & ((1 << self.mbits) - 1) != 0)
         if self.nan is NanEncoding.ALL_ONES:

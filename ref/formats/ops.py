@@ -984,7 +984,7 @@ def _nvfp4_dequant_examples(supported):
         shape = draw(block_shapes(block=16, max_blocks=3), label="shape")
         c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, 15)), label="codes")
         sc = draw(hnp.arrays(np.uint8, (*shape[:-1], shape[-1] // 16)), label="scales")
-        gs = draw(st.floats(1e-6, 1e6, width=32), label="global_scale")
+        gs = draw(st.floats(2.0**-20, 2.0**20, width=32), label="global_scale")
         return Case({"codes": c, "scales": sc, "global_scale": np.float32(gs)},
                     {"recipe": draw(st.sampled_from(list(supported["recipe"])), label="recipe")})
 
@@ -1184,7 +1184,7 @@ def _int_dequant_examples(bits: int):
             shape = draw(block_shapes(block=int(group), max_blocks=2), label="shape")
             n = (*shape[:-1], shape[-1] // int(group))
             c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, (1 << bits) - 1)), label="codes")
-            sc = draw(hnp.arrays(np.float32, n, elements=st.floats(1e-6, 10, width=32)), label="scales")
+            sc = draw(hnp.arrays(np.float32, n, elements=st.floats(2.0**-20, 10.0, width=32)), label="scales")
             z = draw(hnp.arrays(np.uint8, n, elements=st.integers(0, (1 << bits) - 1)), label="zeros")
             storage = draw(st.sampled_from(list(supported["zero_storage"])), label="zero_storage")
             return Case({"codes": c, "scales": sc, "zeros": z}, {"group": group, "zero_storage": storage})
