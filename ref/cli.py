@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ref.conformance import goldens
-from ref.conformance.catalog import discover
+from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import load_implementation
 from ref.conformance.runner import parse_entries, run
 from ref.testing.golden import golden_dir, load_manifest
 
 DEFAULT_IMPL = "ref.conformance.adapters.default"
 DEFAULT_XFAILS = Path(__file__).parent / "conformance" / "adapters" / "ml_dtypes_casts.xfails"
+DEFAULT_TIMEOUT = 60.0  # seconds per call under --isolate
 
 
 def _list(args) -> int:
@@ -63,6 +65,8 @@ def _conform(args) -> int:
     xfails_path = args.xfails_file
     if args.impl is None and xfails_path is None:
         xfails_path = str(DEFAULT_XFAILS)
+    if args.timeout is not None and not args.isolate:
+        raise ValueError("--timeout: only with --isolate (a call in process cannot be stopped)")
     impl = load_implementation(impl_spec)
     progress = (lambda name: print(f"  {name}", file=sys.stderr)) if args.verbose else None
     report = run(
@@ -75,21 +79,34 @@ def _conform(args) -> int:
         golden=args.golden,
         large=args.large,
         progress=progress,
+        isolate=args.isolate,
+        timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
+        on_op=(lambda partial: _write(args.report, partial)) if args.report else None,
     )
     print(f"llm-ref {report.meta['suite']['version']} conformance: {impl.name} {impl.version} ({impl.source})")
     if xfails_path:
         print(f"xfails: {xfails_path}")
     print(report.table())
-    details = report.details()
+    details = report.details(flag_notes=flags())
     if details:
         print()
         print(details)
     counts = ", ".join(f"{n} {v}" for v, n in report.counts().items())
     print(f"\n{len(report.ops)} ops: {counts}")
     if args.report:
-        Path(args.report).write_text(report.to_json())
+        _write(args.report, report)
         print(f"report written to {args.report}")
+    if not report.complete:
+        return 130  # interrupted, as a shell reports SIGINT
     return 0 if report.ok else 1
+
+
+def _write(path: str, report) -> None:
+    """Replace the report file whole, so a run killed at any moment leaves valid JSON."""
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(report.to_json())
+    os.replace(partial, target)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", help="write a JSON report here")
     p.add_argument("--skips-file", help="lines 'op[/part] reason': not run")
     p.add_argument("--xfails-file", help="lines 'op[/part] reason': expected to fail")
+    p.add_argument("--isolate", action="store_true",
+                   help="run each op in a child process: a crash, exit or hang fails that op, not the run")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"with --isolate: the longest one call may take (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("-v", "--verbose", action="store_true", help="print each op as it starts")
     p.set_defaults(func=_conform)
     return parser

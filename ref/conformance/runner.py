@@ -4,318 +4,55 @@ of every catalogued op an implementation provides, judged against the oracle.
 Verdicts per op: pass, fail, acceptable-difference (only latitude the spec allows
 differs), xfail (failed, and listed as expected to), skipped, not covered (the
 implementation does not provide the op). An xfail entry whose checks pass is a
-failure (strict, as in pytest's xfail_strict), except for 'properties' entries:
-random examples may or may not meet the listed bug.
+failure (strict, as in pytest's xfail_strict), except for 'properties' and flag
+entries: random examples may or may not meet the listed bug.
+
+A wrong kernel never ends the run: whatever the candidate raises or returns, and
+whatever a comparator, strategy or emulation raises on it, is a named failure of
+that op and check, and the other ops still run. `isolate=True` runs each op in a
+child process (ref.conformance.isolation), so that a crash, an exit or a hang is one
+too. A KeyboardInterrupt stops the run and returns the report so far, incomplete.
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, assume, given, settings
-from hypothesis.errors import Unsatisfiable
+from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 
 import ref
-from ref.conformance.catalog import Kind, Op, discover
+from ref.conformance.catalog import Op, discover
 from ref.conformance.implementation import Implementation
-from ref.testing.bounded import precision_of, ratio
-from ref.testing.compare import Comparison
-from ref.testing.golden import Case, Vector, as_output, load_manifest, load_vectors, same_output
+from ref.conformance.judge import (BadOutput, CandidateExit, Judge, Watch, by_flag, describe_problem, layouts,
+                                   short)
+from ref.conformance.report import VERDICTS, Entry, Failure, OpReport, Report, parse_entries
+from ref.testing.golden import Case, Vector, load_manifest, load_vectors
 
-__all__ = ["Entry", "Failure", "OpReport", "Report", "parse_entries", "run"]
-
-VERDICTS = ("pass", "fail", "acceptable-difference", "xfail", "skipped", "not covered")
+__all__ = ["BadOutput", "CandidateExit", "Entry", "Failure", "OpReport", "Report", "Settings", "VERDICTS", "parse_entries", "run", "run_op"]
 
 
 @dataclass(frozen=True)
-class Entry:
-    """A skip or xfail line: an op glob, optionally '/part' (a vector id, a vector flag,
-    'exhaustive', 'large', 'properties' or '*'), and a mandatory reason."""
+class Settings:
+    """What to run for each op (picklable: an isolated op's child gets it)."""
 
-    op: str
-    part: str
-    reason: str
-
-    def matches(self, op: str, part: str, flags: Sequence[str] = ()) -> bool:
-        return fnmatchcase(op, self.op) and (self.part in ("*", part) or self.part in flags)
-
-
-def parse_entries(text: str, *, source: str = "entries") -> list[Entry]:
-    """Parse a skips/xfails file: `target reason...` per line, '#' comments."""
-    entries = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        target, _, reason = line.partition(" ")
-        if not reason.strip():
-            raise ValueError(f"{source}:{lineno}: every entry needs a reason after the target, got {line!r}")
-        op, _, part = target.partition("/")
-        entries.append(Entry(op, part or "*", reason.strip()))
-    return entries
+    examples: int = 50
+    shrink: bool = True
+    skips: tuple[Entry, ...] = ()
+    xfails: tuple[Entry, ...] = ()
+    golden: Path | None = None
+    large: bool = False
 
 
-@dataclass
-class Failure:
-    where: str
-    comment: str
-    flags: tuple[str, ...]
-    params: dict[str, Any]
-    detail: str
-
-    def describe(self) -> str:
-        flags = f" [{', '.join(self.flags)}]" if self.flags else ""
-        params = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        head = f"{self.where}{flags}: {self.comment}" + (f" ({params})" if params else "")
-        return f"{head}\n      {self.detail}"
-
-
-@dataclass
-class OpReport:
-    op: str
-    kind: str
-    spec: str
-    verdict: str = "pass"
-    vectors_run: int = 0
-    vectors_passed: int = 0
-    vectors_skipped: int = 0
-    examples: int = 0
-    exhaustive_cases: int = 0
-    worst: float = 0.0
-    tolerance: float = 0.0
-    unit: str = ""
-    unsupported: int = 0  # cases the implementation declined with NotImplementedError
-    compared: int = 0  # outputs compared with the oracle's
-    failures: list[Failure] = field(default_factory=list)
-    xfailed: list[Failure] = field(default_factory=list)
-    acceptable: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Report:
-    implementation: dict[str, str]
-    ops: list[OpReport]
-    meta: dict[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return all(r.verdict != "fail" for r in self.ops)
-
-    def counts(self) -> dict[str, int]:
-        return {v: sum(r.verdict == v for r in self.ops) for v in VERDICTS if any(r.verdict == v for r in self.ops)}
-
-    def to_json(self) -> str:
-        doc = {**self.meta, "implementation": self.implementation, "summary": self.counts(), "ok": self.ok,
-               "ops": [asdict(r) for r in self.ops]}
-        return json.dumps(doc, indent=1, default=_json_default) + "\n"
-
-    def table(self) -> str:
-        rows = [("op", "kind", "vectors", "examples", "worst/tol", "verdict")]
-        for r in self.ops:
-            vec = f"{r.vectors_passed}/{r.vectors_run}" + (f" ({r.vectors_skipped} skip)" if r.vectors_skipped else "")
-            worst = "-" if r.verdict in ("not covered", "skipped") else f"{r.worst:g}/{r.tolerance:g}"
-            rows.append((r.op, r.kind, vec, str(r.examples + r.exhaustive_cases), worst, r.verdict))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-        return "\n".join(lines)
-
-    def details(self, limit: int = 5) -> str:
-        out = []
-        for r in self.ops:
-            if r.failures:
-                out.append(f"FAIL {r.op} ({r.spec})")
-                out += ["  " + f.describe() for f in r.failures[:limit]]
-                if len(r.failures) > limit:
-                    out.append(f"  ... {len(r.failures) - limit} more failures in the JSON report")
-            for note in r.notes:
-                out.append(f"NOTE {r.op}: {note}")
-            if r.acceptable:
-                out.append(f"ACCEPTABLE {r.op}: " + "; ".join(sorted(set(r.acceptable))[:limit]))
-            if r.xfailed:
-                out.append(f"XFAIL {r.op}: " + "; ".join(sorted({f.where for f in r.xfailed})[:limit]))
-        return "\n".join(out)
-
-
-def _json_default(obj):
-    if isinstance(obj, (np.integer, np.floating)):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return str(obj)
-    raise TypeError(f"cannot serialise {type(obj)}")
-
-
-class _Judge:
-    """Calls the candidate and compares it with the oracle for one op."""
-
-    def __init__(self, op: Op, fn: Callable, impl: Implementation, report: OpReport):
-        self.op, self.fn, self.report = op, fn, report
-        self.supported = impl.supported(op)
-        self.dtypes = impl.accepted_dtypes(op)
-        declared = impl.declared(op)
-        self.open_axes = [v for v in op.variants if v.latitude and v.name not in declared]
-        self.latitude_choices: dict[str, set] = {}
-        self.precision = impl.declared_precision(op)
-        self._emulated: tuple = ()
-
-    def runs_oracle(self, v: Vector, params: Mapping[str, str]) -> bool:
-        """Whether the oracle takes the vector's inputs with these params (stochastic
-        rounding, for one, needs rbits)."""
-        if v.result == "invalid":
-            return True
-        try:
-            self.op.oracle(**v.inputs, **params)
-        except (ValueError, TypeError):
-            return False
-        return True
-
-    def accepts(self, case: Case) -> bool:
-        """Whether every input has a dtype the implementation declares it takes."""
-        def native(arr) -> str:  # a big-endian float32 is still a float32
-            return str(np.asarray(arr).dtype.newbyteorder("="))
-
-        return all(native(arr) in self.dtypes.get(name, (native(arr),)) for name, arr in case.inputs.items())
-
-    def call(self, case: Case, layout: str = "C") -> np.ndarray:
-        """Call the candidate on copies of the inputs laid out in memory as `layout`
-        says; an implementation that writes into its inputs fails."""
-        inputs = {k: _lay_out(np.asarray(v), layout) for k, v in case.inputs.items()}
-        out = as_output(self.fn(**inputs, **case.params))
-        if self.op.outputs and (not isinstance(out, tuple) or len(out) != len(self.op.outputs)):
-            raise ValueError(f"expected a tuple of outputs {self.op.outputs}")
-        for name, arr in inputs.items():
-            original = np.asarray(case.inputs[name])
-            if arr.shape != original.shape or arr.tobytes() != np.ascontiguousarray(original).tobytes():
-                raise InputModified(f"the implementation modified its input {name!r} in place")
-        return out
-
-    def expected(self, case: Case):
-        return as_output(self.op.oracle(**case.inputs, **case.params))
-
-    def compare(self, case: Case, actual, expected, alternatives: Mapping[str, np.ndarray] | None = None):
-        """(comparison, acceptable-note): an undeclared latitude axis may match any value."""
-        self.report.compared += 1
-        if self.op.kind is Kind.BOUNDED:
-            cmp = self._compare_bounded(case, actual, expected)
-            self._record(cmp)
-            return cmp, None
-        cmp = self.op.compare(expected, actual)
-        self._record(cmp)
-        self._note_latitude(case, actual, expected, alternatives)
-        if cmp.ok:
-            return cmp, None
-        for axis in self.open_axes:
-            for value in axis.values:
-                if value == case.params.get(axis.name):
-                    continue
-                key = f"{axis.name}={value}"
-                if alternatives is not None:
-                    alt = alternatives.get(key)
-                else:
-                    alt = as_output(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
-                if alt is not None and self.op.compare(alt, actual).ok:
-                    accepted = Comparison(True, cmp.compared, 0, 0.0, cmp.unit, cmp.tolerance)
-                    return accepted, f"matches variant {key}"
-        return cmp, None
-
-    def _compare_bounded(self, case: Case, actual, expected) -> Comparison:
-        """The bounded rule at the candidate's precision (declared, else its output's
-        dtype), against the oracle evaluated at that precision (cached per case)."""
-        first = actual[0] if isinstance(actual, tuple) else actual
-        try:
-            precision = self.precision or precision_of(first)
-        except ValueError as exc:
-            return Comparison(False, 0, 0, np.inf, "abs error", problem=str(exc))
-        key = (repr(sorted(case.params.items())), precision)
-        held = self._emulated
-        if not held or held[0] is not case.inputs or held[1] != key:  # the inputs object is held: no id reuse
-            held = self._emulated = (case.inputs, key, as_output(self.op.emulate(precision, **case.inputs,
-                                                                                 **case.params)))
-        return self.op.compare(expected, actual, held[2], precision)
-
-    def _note_latitude(self, case: Case, actual, expected, alternatives) -> None:
-        """Narrow, per undeclared latitude axis, the values consistent with every case
-        that exercises it: an implementation may pick any one value, not a different
-        one per input (NaN to +max for float32 but to +0 for float16, say)."""
-        for axis in self.open_axes:
-            outs = {case.params.get(axis.name): expected}
-            for value in axis.values:
-                if value in outs:
-                    continue
-                if alternatives is not None:
-                    alt = alternatives.get(f"{axis.name}={value}")
-                else:
-                    alt = as_output(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
-                if alt is not None:
-                    outs[value] = alt
-            if all(same_output(o, expected) for o in outs.values()):
-                continue  # this input does not exercise the latitude
-            matching = {v for v, o in outs.items() if self.op.compare(o, actual).ok}
-            before = self.latitude_choices.get(axis.name)
-            self.latitude_choices[axis.name] = matching if before is None else before & matching
-
-    def _record(self, cmp: Comparison):
-        if self.op.kind is Kind.BOUNDED:  # the worst error as a fraction of its bound
-            self.report.unit, self.report.tolerance = "of tolerance", 1.0
-            self.report.worst = max(self.report.worst, ratio(cmp) if cmp.ok else max(ratio(cmp), 1.0))
-            return
-        self.report.unit = self.report.unit or cmp.unit
-        self.report.tolerance = cmp.tolerance
-        if not cmp.ok:
-            self.report.worst = max(self.report.worst, cmp.worst)
-
-
-LAYOUTS = ("C", "strided", "negative", "F", "row_pitch")
-
-
-class InputModified(Exception):
-    """An implementation wrote into an array it was given."""
-
-
-def _lay_out(a: np.ndarray, layout: str) -> np.ndarray:
-    """A copy of `a` with the same values in another memory layout: C order; a view
-    whose last axis has stride 2; one whose last axis runs backwards; Fortran order;
-    rows with a pitch wider than the row. Every layout but C is read-only, so a
-    kernel that scribbles on its inputs fails there even if it restores them."""
-    if layout == "C" or a.ndim == 0:
-        return np.array(a, copy=True, order="C")
-    if layout == "strided":
-        buf = np.zeros((*a.shape[:-1], 2 * a.shape[-1]), dtype=a.dtype)
-        buf[..., ::2] = a
-        view = buf[..., ::2]
-    elif layout == "negative":
-        view = np.ascontiguousarray(a[..., ::-1])[..., ::-1]
-    elif layout == "F":
-        view = np.asfortranarray(a.copy())
-    else:  # row_pitch
-        buf = np.zeros((*a.shape[:-1], a.shape[-1] + 3), dtype=a.dtype)
-        buf[..., : a.shape[-1]] = a
-        view = buf[..., : a.shape[-1]]
-    view.flags.writeable = False
-    return view
-
-
-def _layouts(case: Case) -> tuple[str, ...]:
-    """The layouts worth trying for a case: C always; others where they differ."""
-    ndim = max((np.ndim(a) for a in case.inputs.values()), default=0)
-    return ("C",) + (("strided", "negative") if ndim >= 1 else ()) + (("F", "row_pitch") if ndim >= 2 else ())
-
-
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) < 400 else text[:400] + "..."
-
-
-def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None]] | None:
+def _vector_runs(v: Vector, judge: Judge) -> list[tuple[Case, np.ndarray | None]] | None:
     """The calls a vector asks for under this implementation's variants; None to skip.
 
     An axis absent from the vector's params does not change its output, so the vector
@@ -332,12 +69,12 @@ def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None
     free = [a for a in judge.supported if a not in params]
     base = {**params, **{a: judge.supported[a][0] for a in free}}
     for axis in free:
-        ok = [x for x in judge.supported[axis] if judge.runs_oracle(v, {**base, axis: x})]
+        ok = [x for x in judge.supported[axis] if judge.runs_oracle(v.inputs, v.result, {**base, axis: x})]
         if not ok:
             return None
         base[axis] = ok[0]
     combos = [base] + [{**base, axis: x} for axis in free for x in judge.supported[axis]
-                       if x != base[axis] and judge.runs_oracle(v, {**base, axis: x})]
+                       if x != base[axis] and judge.runs_oracle(v.inputs, v.result, {**base, axis: x})]
     if v.result != "invalid" and not judge.accepts(Case(v.inputs, base)):
         return None
     open_axes = {a.name for a in judge.open_axes}
@@ -354,59 +91,63 @@ def _vector_runs(v: Vector, judge: _Judge) -> list[tuple[Case, np.ndarray | None
     return runs
 
 
-def _run_vectors(judge: _Judge, vectors: Sequence[Vector], report: OpReport, xfails, skips):
+UNSUPPORTED = Failure("", "", (), {}, "NotImplementedError")  # a case the implementation declines
+SKIPPED = Failure("", "", (), {}, "skipped")  # a vector whose variants or dtypes the implementation lacks
+
+
+def _run_vectors(judge: Judge, vectors: Sequence[Vector], report: OpReport, xfails, skips):
     held = None  # the last output returned, to catch implementations that reuse its memory
     for v in vectors:
         part = str(v.id)
         if any(e.matches(judge.op.name, part, v.flags) for e in skips):
             report.vectors_skipped += 1
             continue
-        runs = _vector_runs(v, judge)
-        if runs is None:
+        judge.at = (f"vector {v.id}", tuple(v.flags))
+        try:
+            failure, held = _run_vector(judge, v, held)
+        except Exception as exc:  # the vector's file or the runner itself: still a named failure
+            failure = Failure(f"vector {v.id}", v.comment, v.flags, dict(v.params),
+                              f"could not be checked: {short(exc)}")
+        if failure is SKIPPED or failure is UNSUPPORTED:
             report.vectors_skipped += 1
+            report.unsupported += int(failure is UNSUPPORTED)
             continue
         report.vectors_run += 1
-        failure = None
-        for i, (case, expected) in enumerate(runs):
-            failure, output = _check_vector(judge, v, case, expected, layouts=i == 0)
-            if failure is UNSUPPORTED:
-                break
-            if failure:
-                break
-            if held is not None and _snapshot(held[1]) != held[2]:
-                failure = Failure(f"vector {held[0].id}", held[0].comment, held[0].flags, {},
-                                  f"its output changed while vector {v.id} ran (results share a buffer)")
-                break
-            held = (v, output, _snapshot(output)) if output is not None else held
-        if failure is UNSUPPORTED:
-            report.vectors_run -= 1
-            report.vectors_skipped += 1
-            report.unsupported += 1
-            continue
         _settle(report, failure, judge.op.name, part, xfails, v.flags)
 
 
-UNSUPPORTED = Failure("", "", (), {}, "NotImplementedError")  # a case the implementation declines
+def _run_vector(judge: Judge, v: Vector, held):
+    """(a failure, SKIPPED, UNSUPPORTED or None; the output held for the shared-buffer check)."""
+    runs = _vector_runs(v, judge)
+    if runs is None:
+        return SKIPPED, held
+    failure = None
+    for i, (case, expected) in enumerate(runs):
+        failure, output = _check_vector(judge, v, case, expected, layouts_too=i == 0)
+        if failure:
+            break
+        if held is not None and _snapshot(held[1]) != held[2]:
+            failure = Failure(f"vector {held[0].id}", held[0].comment, held[0].flags, {},
+                              f"its output changed while vector {v.id} ran (results share a buffer)")
+            break
+        held = (v, output, _snapshot(output)) if output is not None else held
+    return failure, held
 
 
-def _check_vector(judge: _Judge, v: Vector, case: Case, expected, *, layouts: bool = True):
+def _check_vector(judge: Judge, v: Vector, case: Case, expected, *, layouts_too: bool = True):
     """(failure or None, the first output) of one vector under one set of params."""
     where = f"vector {v.id}"
     if v.result == "invalid":
-        try:
-            judge.call(case)
-        except Exception:  # any rejection counts: the input must not be processed
-            return None, None
-        return Failure(where, v.comment, v.flags, dict(case.params), "accepted an input the spec says is invalid"), None
+        return _check_rejection(judge, v, case), None
     first = None
-    for layout in _layouts(case) if layouts else ("C",):
+    for layout in layouts(case) if layouts_too else ("C",):
         label = "" if layout == "C" else f" (inputs in {layout} layout)"
         try:
             actual = judge.call(case, layout)
         except NotImplementedError:
             return UNSUPPORTED, None
-        except Exception as exc:  # a crash on a valid input is a failure, reported as such
-            return Failure(where, v.comment + label, v.flags, dict(case.params), f"raised {_short(exc)}"), None
+        except Exception as exc:  # a crash or an unusable output on a valid input is a failure
+            return Failure(where, v.comment + label, v.flags, dict(case.params), describe_problem(exc)), None
         cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
         if note:
             judge.report.acceptable.append(f"{where}: {note}")
@@ -414,6 +155,18 @@ def _check_vector(judge: _Judge, v: Vector, case: Case, expected, *, layouts: bo
             return Failure(where, v.comment + label, v.flags, dict(case.params), cmp.describe()), None
         first = actual if first is None else first
     return None, first
+
+
+def _check_rejection(judge: Judge, v: Vector, case: Case) -> Failure | None:
+    """An invalid input must be refused with an exception; exiting is not refusing."""
+    try:
+        judge.invoke(case)
+    except CandidateExit as exc:
+        return Failure(f"vector {v.id}", v.comment, v.flags, dict(case.params), str(exc))
+    except Exception:  # any rejection counts: the input must not be processed
+        return None
+    return Failure(f"vector {v.id}", v.comment, v.flags, dict(case.params),
+                   "accepted an input the spec says is invalid")
 
 
 def _snapshot(out) -> bytes:
@@ -438,35 +191,61 @@ def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfail
         report.failures.append(failure)
 
 
-def _run_exhaustive(judge: _Judge, report: OpReport, xfails, skips, *, large: bool = False):
-    """Deterministic sweeps (and, when asked, the large cases) in C layout."""
+def _judge_case(judge: Judge, case: Case, layout: str, label: str) -> str | None:
+    """None when the candidate's output on `case` matches the oracle's, else what went
+    wrong; NotImplementedError (the case declined) passes through."""
+    try:
+        actual = judge.call(case, layout)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # a crash or an unusable output on a valid input is a failure
+        return describe_problem(exc)
+    try:
+        expected = judge.expected(case)
+    except Exception as exc:
+        return f"the oracle raised {short(exc)} on this case (a defect of the suite: please report it)"
+    cmp, note = judge.compare(case, actual, expected)
+    if note:
+        judge.report.acceptable.append(f"{label}: {note}")
+    return None if cmp.ok else cmp.describe()
+
+
+def _run_exhaustive(judge: Judge, report: OpReport, xfails, skips, *, large: bool = False):
+    """Deterministic sweeps (and, when asked, the large cases) in C layout. A case whose
+    flags (the op's case_flags) a skip entry names is not run; one an xfail entry names
+    that fails is xfailed and the sweep goes on."""
     part = "large" if large else "exhaustive"
     source = judge.op.large if large else judge.op.exhaustive
-    if source is None or any(e.matches(judge.op.name, part) for e in skips):
+    name = judge.op.name
+    if source is None or any(e.matches(name, part) for e in skips):
         return
     failure = None
-    for i, case in enumerate(source(judge.supported), start=1):
-        if not judge.accepts(case):
-            continue
-        where = f"{part} case {i}"
-        try:
-            actual = judge.call(case)
-        except NotImplementedError:
-            report.unsupported += 1
-            continue
-        except Exception as exc:  # a crash on a valid input is a failure
+    try:
+        for i, case in enumerate(source(judge.supported), start=1):
+            if not judge.accepts(case):
+                continue
+            flags = judge.flags_of(case)
+            if by_flag(skips, name, flags):
+                judge.skipped_by_flag += 1
+                continue
+            where = f"{part} case {i}"
+            judge.at = (where, flags)
+            try:
+                problem = _judge_case(judge, case, "C", where)
+            except NotImplementedError:
+                report.unsupported += 1
+                continue
             report.exhaustive_cases += 1
-            failure = Failure(where, f"{part} sweep", (), dict(case.params), f"raised {_short(exc)}")
-            break
-        report.exhaustive_cases += 1
-        cmp, note = judge.compare(case, actual, judge.expected(case))
-        if note:
-            report.acceptable.append(f"{where}: {note}")
-        if not cmp.ok:
-            failure = Failure(where, f"{part} sweep of {_describe_inputs(case)}", (), dict(case.params),
-                              cmp.describe())
-            break
-    _settle(report, failure, judge.op.name, part, xfails)
+            if problem is None:
+                continue
+            failure = Failure(where, f"{part} sweep of {_describe_inputs(case)}", flags, dict(case.params), problem)
+            if not by_flag(xfails, name, flags):
+                break
+            report.xfailed.append(failure)
+            failure = None
+    except Exception as exc:  # the sweep's own generator (or case_flags) raised
+        failure = Failure(f"{part} sweep", "building the cases", (), {}, f"raised {short(exc)}")
+    _settle(report, failure, name, part, xfails)
 
 
 def _describe_inputs(case: Case) -> str:
@@ -480,48 +259,65 @@ def _describe_inputs(case: Case) -> str:
     return ", ".join(parts)
 
 
-def _run_properties(judge: _Judge, report: OpReport, examples: int, shrink: bool, xfails, skips):
-    if examples <= 0 or any(e.matches(judge.op.name, "properties") for e in skips):
+def _run_properties(judge: Judge, report: OpReport, examples: int, shrink: bool, xfails, skips):
+    """Random examples. One whose flags a skip entry names is not run; one an xfail
+    entry names that fails is xfailed (the first per set of flags kept) and the search
+    goes on for failures no entry names."""
+    name = judge.op.name
+    if examples <= 0 or any(e.matches(name, "properties") for e in skips):
         return
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = {"count": 0, "unsupported": 0, "stage": "drawing an example"}
+    xfailed_flags: set[tuple[str, ...]] = set()
 
-    @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
+    @seed(judge.op.seed)  # the same examples on every run, whatever the runner's code looks like
+    @settings(max_examples=examples, database=None, deadline=None,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
               phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,))
     @given(st.data())
     def prop(data):
+        last["stage"] = "drawing an example"
         case = data.draw(judge.op.examples(judge.supported), label="case")
         assume(judge.accepts(case))
-        layout = data.draw(st.sampled_from(_layouts(case)), label="layout")
-        try:
-            actual = judge.call(case, layout)
-        except NotImplementedError:
-            last["unsupported"] = last.get("unsupported", 0) + 1
+        last["stage"] = "reading the example's flags (case_flags)"
+        flags = judge.flags_of(case)
+        if by_flag(skips, name, flags):
+            judge.skipped_by_flag += 1
             assume(False)
-        except Exception as exc:  # a crash on a valid input is a failure
-            last["count"] = last.get("count", 0) + 1
-            last["failure"] = (case, layout, f"raised {_short(exc)}")
-            raise AssertionError("raised") from exc
-        last["count"] = last.get("count", 0) + 1
-        cmp, note = judge.compare(case, actual, judge.expected(case))
-        if note:
-            report.acceptable.append(f"property: {note}")
-        if not cmp.ok:
-            last["failure"] = (case, layout, cmp.describe())
-            raise AssertionError(cmp.describe())
+        layout = data.draw(st.sampled_from(layouts(case)), label="layout")
+        last["stage"] = "judging an example"
+        judge.at = (f"property example {last['count'] + 1}", flags)
+        try:
+            problem = _judge_case(judge, case, layout, "property")
+        except NotImplementedError:
+            last["unsupported"] += 1
+            assume(False)
+        last["count"] += 1
+        if problem is None:
+            return
+        failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}, {layout} layout",
+                          flags, dict(case.params), problem)
+        if by_flag(xfails, name, flags):
+            if flags not in xfailed_flags:
+                xfailed_flags.add(flags)
+                report.xfailed.append(replace(failure, comment=failure.comment.replace("minimal ", "", 1)))
+            return
+        last["failure"] = failure
+        raise AssertionError(problem)
 
     failure = None
     try:
         prop()
-    except Unsatisfiable:  # every drawn case declined (NotImplementedError) or not accepted
+    except Unsatisfiable:  # every drawn case declined (NotImplementedError), not accepted or skipped
         pass
-    except AssertionError:
-        case, layout, detail = last["failure"]
-        failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}, {layout} layout", (),
-                          dict(case.params), detail)
-    report.examples += last.get("count", 0)
-    report.unsupported += last.get("unsupported", 0)
-    _settle(report, failure, judge.op.name, "properties", xfails)
+    except Exception as exc:  # our AssertionError, or a strategy, hypothesis or runner error
+        failure = last.get("failure")
+        if failure is None:
+            failure = Failure("property", f"{last['stage']} raised", (), {}, short(exc))
+        elif not isinstance(exc, AssertionError):  # e.g. hypothesis' Flaky: the failure did not repeat
+            failure = replace(failure, detail=f"{failure.detail} (then {short(exc)})")
+    report.examples += last["count"]
+    report.unsupported += last["unsupported"]
+    _settle(report, failure, name, "properties", xfails)
 
 
 def run(
@@ -535,48 +331,96 @@ def run(
     golden: Path | None = None,
     large: bool = False,
     progress: Callable[[str], None] | None = None,
+    isolate: bool = False,
+    timeout: float = 60.0,
+    on_op: Callable[[Report], None] | None = None,
 ) -> Report:
     """Run the suite for every selected op (globs in `ops`, default all); `large`
     adds each op's large cases (arrays past 2^24 elements, where kernels with a
-    capped launch grid stop writing)."""
+    capped launch grid stop writing).
+
+    `isolate` runs each op in a child process (the implementation is loaded again
+    there from `impl.source`): a call that takes longer than `timeout` seconds, an
+    exit or a crash is a failure of that op. `on_op(report)` is called after each op
+    with the report so far (`complete` False), to write it incrementally.
+    """
     catalog = discover()
     selected = [op for name, op in catalog.items() if not ops or any(fnmatchcase(name, p) for p in ops)]
     if ops and not selected:
         raise ValueError(f"--ops: {list(ops)} match no operation; `python -m ref list` shows them")
-    reports = []
-    for op in selected:
-        if progress:
-            progress(op.name)
-        reports.append(_run_op(op, impl, examples, shrink, skips, xfails, golden, large))
+    if not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+    for op in selected:  # a declaration error is the user's, raised before anything runs
+        if op.name in impl.ops:
+            impl.supported(op)
+    chosen = Settings(examples, shrink, tuple(skips), tuple(xfails), golden, large)
+    if isolate:
+        from ref.conformance.isolation import isolated_runner
+
+        run_one = isolated_runner(impl, chosen, timeout=timeout)
+    else:
+        def run_one(op: Op) -> OpReport:
+            return run_op(op, impl, chosen)
+
+    report = Report({"name": impl.name, "version": impl.version, "source": impl.source}, [],
+                    _meta(chosen, ops, golden, isolate, timeout), complete=False)
+    op = None
+    try:
+        for op in selected:
+            if progress:
+                progress(op.name)
+            report.ops.append(run_one(op))
+            if on_op:
+                on_op(report)
+    except KeyboardInterrupt:
+        report.meta["interrupted"] = (f"KeyboardInterrupt while {op.name} ran; "
+                                      f"{len(selected) - len(report.ops)} of {len(selected)} ops not reported")
+        return report
+    report.complete = True
+    return report
+
+
+def _meta(chosen: Settings, ops, golden, isolate: bool, timeout: float) -> dict[str, Any]:
     manifest = load_manifest(golden)
-    meta = {
+    return {
         "suite": {"name": "llm-ref", "version": ref.__version__},
         "golden": {"generator_version": manifest["generator_version"], "golden_format": manifest["golden_format"]},
         "platform": {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine()},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "settings": {"examples": examples, "ops": list(ops or []), "large": large},
+        "settings": {"examples": chosen.examples, "ops": list(ops or []), "large": chosen.large,
+                     "isolate": isolate, **({"timeout": timeout} if isolate else {})},
     }
-    impl_meta = {"name": impl.name, "version": impl.version, "source": impl.source}
-    return Report(impl_meta, reports, meta)
 
 
-def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golden, large) -> OpReport:
+def run_op(op: Op, impl: Implementation, chosen: Settings, watch: Watch | None = None) -> OpReport:
+    """One op's report; anything the checks raise is a named failure of the op."""
     report = OpReport(op.name, op.kind.value, op.spec)
+    try:
+        _run_op(op, impl, chosen, report, watch)
+    except Exception as exc:
+        report.failures.append(Failure("op", "the runner could not finish judging this op", (), {},
+                                       f"raised {short(exc)}"))
+        report.verdict = "fail"
+    return report
+
+
+def _run_op(op: Op, impl: Implementation, chosen: Settings, report: OpReport, watch: Watch | None) -> None:
+    skips, xfails = chosen.skips, chosen.xfails
     fn = impl.ops.get(op.name)
     if fn is None:
         report.verdict = "not covered"
-        return report
+        return
     whole_skip = [e for e in skips if e.matches(op.name, "*") and e.part == "*"]
     if whole_skip:
         report.verdict = "skipped"
         report.notes.append(whole_skip[0].reason)
-        return report
-    judge = _Judge(op, fn, impl, report)
-    _run_vectors(judge, load_vectors(op.name, golden), report, xfails, skips)
+        return
+    judge = Judge(op, fn, impl, report, watch)
+    _run_vectors(judge, load_vectors(op.name, chosen.golden), report, xfails, skips)
     _run_exhaustive(judge, report, xfails, skips)
-    if large:
+    if chosen.large:
         _run_exhaustive(judge, report, xfails, skips, large=True)
-    _run_properties(judge, report, examples, shrink, xfails, skips)
+    _run_properties(judge, report, chosen.examples, chosen.shrink, xfails, skips)
     for axis, values in judge.latitude_choices.items():
         if not values:
             report.failures.append(Failure(
@@ -585,16 +429,21 @@ def _run_op(op: Op, impl: Implementation, examples, shrink, skips, xfails, golde
                 f"choice open, but one implementation makes one choice (declare it in VARIANTS)"))
     if report.unsupported:
         report.notes.append(f"{report.unsupported} cases declined with NotImplementedError (features not provided)")
-    whole_xfail = [e for e in xfails if e.matches(op.name, "*") and e.part == "*"]
+    if judge.skipped_by_flag:
+        report.notes.append(f"{judge.skipped_by_flag} random or swept cases skipped: their flags are in the skips")
+    report.verdict = _verdict(report, [e for e in xfails if e.matches(op.name, "*") and e.part == "*"])
+
+
+def _verdict(report: OpReport, whole_xfail: Sequence[Entry]) -> str:
     if report.unsupported and not report.compared and not report.failures:
-        report.verdict = "skipped"
-    elif report.failures:
-        report.verdict = "fail"
-    elif whole_xfail and not report.xfailed:
-        report.verdict = "fail"
+        return "skipped"
+    if report.failures:
+        return "fail"
+    if whole_xfail and not report.xfailed:
         report.failures.append(Failure("op", "listed as xfail but passed (strict)", (), {}, whole_xfail[0].reason))
-    elif report.xfailed:
-        report.verdict = "xfail"
-    elif report.acceptable:
-        report.verdict = "acceptable-difference"
-    return report
+        return "fail"
+    if report.xfailed:
+        return "xfail"
+    if report.acceptable:
+        return "acceptable-difference"
+    return "pass"

@@ -1,0 +1,109 @@
+"""Isolation mode: each op runs in a child process, so that a kernel that hangs, calls
+exit or crashes the process (a segfault, an illegal memory access) is a named
+failure of that op and the other ops still run.
+
+The child (a fresh interpreter: multiprocessing's "spawn", never fork, so a GPU
+runtime initialised by the parent is not inherited half-alive) loads the
+implementation again from its --impl spec and runs the op in process; before and
+after each call of the candidate it tells the parent which check it is at. The
+parent waits at most `timeout` seconds for a call to return, and a longer, fixed
+time for everything else (start-up, the oracle, the comparisons), then kills the
+child. A child that dies is reported with the check it was at and its exit status
+or signal.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Callable
+
+from ref.conformance.catalog import Op, get_op
+from ref.conformance.implementation import Implementation, load_implementation
+from ref.conformance.report import Failure, OpReport
+
+__all__ = ["isolated_runner"]
+
+# Seconds the child may go without a message outside a call (start-up, imports, a
+# large case's oracle): a hang of the suite, not of the kernel.
+OUTSIDE_CALL_LIMIT = 600.0
+
+
+def isolated_runner(impl: Implementation, chosen, *, timeout: float) -> Callable[[Op], OpReport]:
+    """A function running one op in a child process under `chosen` (runner.Settings)."""
+    if not impl.source:
+        raise ValueError(f"isolate: {impl.name} has no --impl spec to load it again in a child process; "
+                         f"pass an implementation loaded with load_implementation('module[:attr]')")
+
+    def run_one(op: Op) -> OpReport:
+        return _run_in_child(op, impl.source, chosen, timeout)
+
+    return run_one
+
+
+def _child(conn, spec: str, op_name: str, chosen) -> None:
+    """The child's side: load, run the op, send the report (or why it could not)."""
+    from ref.conformance.runner import run_op
+
+    def watch(state: str, where: str, flags: tuple) -> None:
+        conn.send((state, where, flags))
+
+    try:
+        impl = load_implementation(spec)
+        report = run_op(get_op(op_name), impl, chosen, watch)
+    except Exception as exc:  # loading the implementation failed: the op cannot be judged
+        conn.send(("error", f"{type(exc).__name__}: {exc}", ()))
+        return
+    conn.send(("done", report, ()))
+
+
+def _run_in_child(op: Op, spec: str, chosen, timeout: float) -> OpReport:
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, spec, op.name, chosen), daemon=True,
+                       name=f"llm-ref {op.name}")
+    proc.start()
+    send.close()  # the child holds the only writer: its death is an EOF here
+    state, where, flags = "start", "", ()
+    try:
+        while True:
+            limit = timeout if state == "call" else max(timeout, OUTSIDE_CALL_LIMIT)
+            if not receive.poll(limit):
+                what = "the call did not return" if state == "call" else "the run stalled"
+                return _lost(op, where, flags, state, f"{what} within {limit:g} s; the process was killed")
+            try:
+                kind, payload, extra = receive.recv()
+            except EOFError:
+                proc.join(5)
+                return _lost(op, where, flags, state, _death(proc.exitcode))
+            if kind == "done":
+                return payload
+            if kind == "error":
+                return _lost(op, "op", (), "start", f"the child process could not run it: {payload}")
+            state, where, flags = kind, payload, extra
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        receive.close()
+
+
+def _death(code: int | None) -> str:
+    if code is None:
+        return "the process closed its pipe and did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the process died of {name} (exit status {code})"
+    return f"the process exited with status {code} (os._exit, or a crash in native code)"
+
+
+def _lost(op: Op, where: str, flags: tuple, state: str, detail: str) -> OpReport:
+    report = OpReport(op.name, op.kind.value, op.spec, verdict="fail")
+    comment = {"call": "the implementation's call never came back",
+               "back": "the process was lost after the implementation's call returned",
+               "start": "the process was lost before the first call"}[state]
+    report.failures.append(Failure(where or "op", comment, tuple(flags), {}, detail))
+    return report
