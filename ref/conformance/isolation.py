@@ -70,16 +70,17 @@ def _run_in_child(op: Op, spec: str, chosen, timeout: float) -> OpReport:
             limit = timeout if state == "call" else max(timeout, OUTSIDE_CALL_LIMIT)
             if not receive.poll(limit):
                 what = "the call did not return" if state == "call" else "the run stalled"
-                return _lost(op, where, flags, state, f"{what} within {limit:g} s; the process was killed")
+                return _lost(op, where, flags, _COMMENTS[state, "hung"],
+                             f"{what} within {limit:g} s; the process was killed")
             try:
                 kind, payload, extra = receive.recv()
             except EOFError:
                 proc.join(5)
-                return _lost(op, where, flags, state, _death(proc.exitcode))
+                return _lost(op, where, flags, _COMMENTS[state, "died"], _death(proc.exitcode))
             if kind == "done":
                 return payload
             if kind == "error":
-                return _lost(op, "op", (), "start", f"the child process could not run it: {payload}")
+                return _lost(op, "op", (), "the child process could not run the op", payload)
             state, where, flags = kind, payload, extra
     finally:
         if proc.is_alive():
@@ -100,10 +101,17 @@ def _death(code: int | None) -> str:
     return f"the process exited with status {code} (os._exit, or a crash in native code)"
 
 
-def _lost(op: Op, where: str, flags: tuple, state: str, detail: str) -> OpReport:
+_COMMENTS = {
+    ("call", "hung"): "the implementation's call hung",
+    ("call", "died"): "the implementation's call ended the process",
+    ("back", "hung"): "the run hung after the implementation's call returned",
+    ("back", "died"): "the process ended after the implementation's call returned",
+    ("start", "hung"): "the child process hung before the first call",
+    ("start", "died"): "the child process ended before the first call",
+}
+
+
+def _lost(op: Op, where: str, flags: tuple, comment: str, detail: str) -> OpReport:
     report = OpReport(op.name, op.kind.value, op.spec, verdict="fail")
-    comment = {"call": "the implementation's call never came back",
-               "back": "the process was lost after the implementation's call returned",
-               "start": "the process was lost before the first call"}[state]
     report.failures.append(Failure(where or "op", comment, tuple(flags), {}, detail))
     return report
