@@ -6,32 +6,14 @@ from __future__ import annotations
 
 import pytest
 from corpus.attention_impls import BUGS, CORRECT, naive_impl, negative_control
-from corpus.attention_tiled import TILE_BUGS, tiled_impl
+from corpus.attention_tiled import tiled_impl
 
 from ref.conformance.runner import run
 
 OPS = ["attention.*"]
 
 
-@pytest.mark.parametrize("name", list(BUGS))
-def test_bug_is_rejected_by_a_vector_with_its_flag(name):
-    bugs, precision, flag, op = BUGS[name]
-    report = run(naive_impl(precision, bugs), ops=[op], examples=0)
-    failures = [f for r in report.ops for f in r.failures]
-    assert not report.ok, f"{name}: accepted"
-    assert any(f.where.startswith("vector") and flag in f.flags for f in failures), (
-        f"{name}: no failing vector carries {flag}: {[(f.where, f.flags) for f in failures]}")
-    assert all(f.detail for f in failures)  # names the first mismatch
-
-
-@pytest.mark.parametrize("name", list(TILE_BUGS))
-def test_tile_loop_bug_is_rejected_by_a_vector_with_its_flag(name):
-    bugs, precision, flag = TILE_BUGS[name]
-    report = run(tiled_impl(bugs, precision), ops=["attention.attend"], examples=0)
-    failures = [f for r in report.ops for f in r.failures]
-    assert not report.ok, f"{name}: accepted"
-    assert any(f.where.startswith("vector") and flag in f.flags for f in failures), (
-        f"{name}: no failing vector carries {flag}: {[(f.where, f.flags) for f in failures]}")
+# That each bug is rejected by a golden vector carrying its flag: test_runner_corpus_rule.py.
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16", "float32"])

@@ -1,0 +1,119 @@
+"""The corpus rule, for every entry of every bug registry in tests/corpus: with no
+random examples, a golden vector carrying the entry's flag rejects the bug.
+
+Replayers in other languages see only the golden files, so a bug class that only
+random examples (or exhaustive sweeps) catch is a gap in the vectors. Each registry
+declares its flag at its own tuple position; REGISTRIES reads them all, and a
+registry it does not know fails `test_every_registry_is_read`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import corpus
+import numpy as np
+import pytest
+from corpus import attention_impls, attention_tiled, formats_impls, groups_layouts, kernel_bugs
+
+from ref.conformance.implementation import Implementation
+from ref.conformance.runner import parse_entries, run
+from ref.formats import decode
+from ref.testing.golden import load_vectors
+
+# What a runner check, not a flag, catches (kernel_bugs' second field), and how:
+# on the vectors ("vector") or only outside them (by design: arrays past 2^24
+# elements are too large for golden files).
+NO_SWEEPS = parse_entries("*/exhaustive the sweeps are not golden vectors")
+RUNNER_CHECKS = {"layout": "vector", "in place": "vector", "shared": "vector", "dtype": "vector",
+                 "latitude": "vector", "large": "large cases"}
+
+
+def _entries():
+    """(registry, name) -> (implementation factory, flag or runner check, ops or None)."""
+    out = {}
+    for name, e in formats_impls.BUGS.items():
+        out["BUGS", name] = (lambda n=name: formats_impls.bug(n), e[4], None)
+    for name, e in formats_impls.MX_BUGS.items():
+        out["MX_BUGS", name] = (lambda n=name: formats_impls.mx_bug(n), e[3], None)
+    for name, e in formats_impls.NVFP4_BUGS.items():
+        out["NVFP4_BUGS", name] = (lambda n=name: formats_impls.nvfp4_bug(n), e[2], ["formats.nvfp4.quantize"])
+    for name, (impl, flag) in groups_layouts.GROUP_LAYOUT_BUGS.items():
+        out["GROUP_LAYOUT_BUGS", name] = (lambda i=impl: i, flag, None)
+    for name, (impl, catcher) in kernel_bugs.KERNEL_BUGS.items():
+        out["KERNEL_BUGS", name] = (lambda i=impl: i, catcher, None)
+    for name, (bugs, precision, flag, op) in attention_impls.BUGS.items():
+        out["attention BUGS", name] = (lambda b=bugs, p=precision: attention_impls.naive_impl(p, b), flag, [op])
+    for name, (bugs, precision, flag) in attention_tiled.TILE_BUGS.items():
+        out["TILE_BUGS", name] = (lambda b=bugs, p=precision: attention_tiled.tiled_impl(b, p), flag,
+                                  ["attention.attend"])
+    return out
+
+
+ENTRIES = _entries()
+REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
+              "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"}}
+
+# Entries that random examples catch but no vector carrying their flag does (yet).
+# Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
+# it, the test passes, the xfail turns into a failure, and the entry goes.
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
+
+
+def test_every_registry_is_read():
+    """A bug registry added to tests/corpus without a reader here fails."""
+    found = {}
+    for path in sorted(Path(corpus.__path__[0]).glob("*.py")):
+        names = set(re.findall(r"^([A-Z0-9_]*BUGS) = ", path.read_text(), flags=re.M))
+        if names:
+            found[path.stem] = names
+    assert found == REGISTRIES
+
+
+def _params():
+    for key in ENTRIES:
+        marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
+        yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
+
+
+@pytest.mark.parametrize("key", list(_params()))
+def test_bug_is_rejected_by_a_vector_carrying_its_flag(key):
+    factory, flag, ops = ENTRIES[key]
+    if RUNNER_CHECKS.get(flag) == "large cases":
+        pytest.skip("caught by the large cases (conform --large), which golden files cannot hold")
+    problem = _rule_broken(factory(), flag, ops)
+    assert problem is None, f"{key[1]}: {problem}"
+
+
+def _rule_broken(impl, flag: str, ops) -> str | None:
+    """Why the golden vectors alone do not reject `impl` by a vector carrying `flag`
+    (a runner check's name: by any vector), or None."""
+    report = run(impl, ops=ops, examples=0, skips=NO_SWEEPS)
+    failures = [f for r in report.ops for f in r.failures if f.where.startswith(("vector ", "latitude"))]
+    if not failures:
+        return "caught only outside the golden vectors"
+    if flag not in RUNNER_CHECKS and not any(flag in f.flags for f in failures):
+        return f"no failing vector carries {flag}: {[(f.where, f.flags) for f in failures]}"
+    return None
+
+
+_DECODE = "formats.float8_e4m3fn.decode"
+_GOLDEN_INPUTS = {np.asarray(v.inputs["codes"]).tobytes() for v in load_vectors(_DECODE)}
+
+
+def _right_on_golden_inputs_only(codes):
+    out = decode(codes, "float8_e4m3fn")
+    return out if np.asarray(codes).tobytes() in _GOLDEN_INPUTS else -out
+
+
+def test_the_rule_fails_for_a_bug_only_examples_catch():
+    impl = Implementation("cheat", {_DECODE: _right_on_golden_inputs_only})
+    assert _rule_broken(impl, "Exhaustive", None) == "caught only outside the golden vectors"
+    assert not run(impl, examples=10, shrink=False).ok  # random examples catch it
+
+
+def test_the_rule_fails_for_a_vector_without_the_flag():
+    impl = formats_impls.bug("NaN code decoded as a number")
+    assert _rule_broken(impl, "Exhaustive", None) is None
+    assert _rule_broken(impl, "NoSuchFlag", None).startswith("no failing vector carries NoSuchFlag")
