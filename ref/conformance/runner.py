@@ -37,7 +37,8 @@ from ref.conformance.judge import (BadOutput, CandidateExit, Judge, Watch, by_fl
 from ref.conformance.report import VERDICTS, Entry, Failure, OpReport, Report, parse_entries
 from ref.testing.golden import Case, Vector, load_manifest, load_vectors
 
-__all__ = ["BadOutput", "CandidateExit", "Entry", "Failure", "OpReport", "Report", "Settings", "VERDICTS", "parse_entries", "run", "run_op"]
+__all__ = ["BadOutput", "CandidateExit", "Entry", "Failure", "OpReport", "Report", "Settings", "VERDICTS",
+           "parse_entries", "run", "run_op"]
 
 
 @dataclass(frozen=True)
