@@ -14,8 +14,10 @@ or signal.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import signal
+import sys
 from collections.abc import Callable
 
 from ref.conformance.catalog import Op, get_op
@@ -45,6 +47,7 @@ def _child(conn, spec: str, op_name: str, chosen) -> None:
     """The child's side: load, run the op, send the report (or why it could not)."""
     from ref.conformance.runner import run_op
 
+    _follow_parent()
     def watch(state: str, where: str, flags: tuple) -> None:
         conn.send((state, where, flags))
 
@@ -55,6 +58,18 @@ def _child(conn, spec: str, op_name: str, chosen) -> None:
         conn.send(("error", f"{type(exc).__name__}: {exc}", ()))
         return
     conn.send(("done", report, ()))
+
+
+def _follow_parent() -> None:
+    """Ctrl-C is the parent's to handle (it kills this child and reports the run so
+    far); on Linux, the kernel kills this child if the parent dies, so a hung kernel
+    is never left holding a GPU."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # without it, an orphan ends when it next writes to the closed pipe
 
 
 def _run_in_child(op: Op, spec: str, chosen, timeout: float) -> OpReport:
