@@ -55,7 +55,7 @@ SLOW_THEN_CORRECT = {"formats.float8_e4m3fnuz.encode": _correct, "formats.float8
 
 
 def _cli(*args):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
     return [sys.executable, "-m", "ref", "conform", *args], env
 
 

@@ -150,7 +150,7 @@ def test_keyboard_interrupt_stops_the_run_with_the_partial_report():
 
 def test_the_command_line_writes_the_partial_report_on_interrupt(tmp_path):
     out = tmp_path / "r.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-m", "ref", "conform", "--impl", "test_runner_robustness:INTERRUPTED",
                              "--ops", ",".join(INTERRUPTED), "--examples", "2", "--report", str(out)],
                             capture_output=True, text=True, env=env, timeout=300)
