@@ -72,3 +72,21 @@ def test_torch_sdpa_passes_where_it_has_the_features(precision):
     (row,) = [r for r in report.ops if r.op == "attention.attend"]
     assert report.ok, report.details()
     assert row.verdict == "pass" and row.unsupported > 0 and row.vectors_passed >= 40
+
+
+def test_empty_rows_declared_undefined_cover_vectors_and_examples():
+    """A kernel that leaves rows seeing no key undefined (the mean of V, as Hugging Face's
+    eager attention gives) passes when its skips name EmptyRow: every vector with a
+    fully masked row carries the flag, and attention's case_flags marks such examples."""
+    from ref.conformance.catalog import discover
+    from ref.conformance.runner import parse_entries
+
+    if discover()["attention.attend"].case_flags is None:
+        pytest.skip("attention.attend declares no case_flags yet")
+    impl = naive_impl("bfloat16", {"empty row uniform"})
+    skips = parse_entries("attention.attend/EmptyRow rows that see no key are padding here")
+    report = run(impl, ops=["attention.attend"], examples=40, shrink=False, skips=skips)
+    (row,) = report.ops
+    assert row.verdict == "pass", report.details()
+    assert any("skipped: their flags are in the skips" in n for n in row.notes)  # examples met empty rows
+    assert not run(impl, ops=["attention.attend"], examples=0).ok  # without the entry, the vectors reject it
