@@ -9,7 +9,7 @@ from corpus import table_codec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ref.formats import FORMATS, NanPolicy, Overflow, Rounding, decode, encode, get_format
+from ref.formats import FORMATS, NanPolicy, Overflow, Rounding, decode, encode, get_format, round_to
 from ref.testing.strategies import edge_values, float_bits_arrays, rounding_ties
 from ref.testing.ulp import ordinal
 
@@ -283,6 +283,14 @@ def test_input_is_not_modified():
         (lambda: decode(np.uint16([1]), "float8_e5m2"), TypeError, ["codes", "uint16"]),
         (lambda: decode(np.uint8([0x10]), "float4_e2m1fn"), ValueError, ["codes", "0x10"]),
         (lambda: decode(np.uint8([0x40]), "float6_e2m3fn"), ValueError, ["codes", "0x40"]),
+        (lambda: decode(np.uint8([1]), 3), TypeError, ["fmt", "int"]),
+        (lambda: encode(np.float32([1]), ["bfloat16"]), TypeError, ["fmt", "list"]),
+        (lambda: round_to(np.float32([1]), "fp32"), ValueError, ["precision", "fp32"]),
+        (lambda: round_to(np.float32([1]), 32), TypeError, ["precision", "int"]),
+        *[(lambda bad=bad: encode(np.float32([1]), "float8_e5m2", rounding="stochastic", rbits=np.uint32([1]),
+                                  sr_bits=bad), error, ["sr_bits", repr(bad)])
+          for bad, error in (("16", TypeError), (16.0, TypeError), (True, TypeError), (None, TypeError),
+                             (0, ValueError), (33, ValueError), (-8, ValueError))],
     ],
 )
 def test_errors_name_the_argument(call, error, words):

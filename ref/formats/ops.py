@@ -539,11 +539,20 @@ def _format_of(f: FloatFormat, *names: str):
     return lambda name, arr: f.name if name in names else None
 
 
+def _encode_oracle(f: FloatFormat):
+    """encode under the catalog's convention: variant values arrive as strings."""
+
+    def oracle(x, *, sr_bits="32", **options):
+        return encode(x, f.name, sr_bits=int(sr_bits), **options)
+
+    return oracle
+
+
 def _element_ops(f: FloatFormat) -> list[Op]:
     enc = Op(
         name=f"formats.{f.name}.encode",
         kind=Kind.EXACT,
-        oracle=partial(encode, fmt=f.name),
+        oracle=_encode_oracle(f),
         summary=f"float16/32/64 -> {f.name} codes",
         spec=f"{SPEC}#encode",
         variants=_variants(f),

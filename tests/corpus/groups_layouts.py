@@ -9,6 +9,7 @@ import numpy as np
 from ref.conformance.implementation import Implementation
 
 F = np.float32
+FLOOR = F(np.finfo(F).eps)  # the smallest scale (compressed-tensors' clamp)
 AWQ = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
@@ -46,6 +47,8 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
                 if lo == 0 and hi == 0:
                     lo, hi = F(-1), F(1)
                 scale = F(F(hi - lo) / F(qmax))
+                if "no_floor" not in bugs:
+                    scale = max(scale, FLOOR)
                 z = F(-lo / scale)
                 zero = min(max(np.floor(z + F(0.5)) if "zero_half_away" in bugs else np.rint(z), 0), qmax)
                 if "zero_minus_one" in bugs:
@@ -56,6 +59,8 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
                 half = 1 << (bits - 1)
                 amax = F(np.abs(g).max())
                 scale = F(amax / F(half - 1)) if amax > 0 else F(1)
+                if "no_floor" not in bugs:
+                    scale = max(scale, FLOOR)
                 zero = half
                 q = np.clip(np.rint(g / scale), -half, half - 1) + half
             codes[r, k * group:(k + 1) * group] = q

@@ -9,7 +9,13 @@ import numpy as np
 
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
-from ref.formats import FORMATS, decode, encode, pack_fp4
+from ref.formats import FORMATS, decode, pack_fp4
+from ref.formats import encode as _encode
+
+
+def encode(x, fmt, *, sr_bits="32", **params):
+    """The oracle under the catalog's calling convention (variant values are strings)."""
+    return _encode(x, fmt, sr_bits=int(sr_bits), **params)
 
 
 def _impl(name, ops, variants=None):
