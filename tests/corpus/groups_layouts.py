@@ -33,6 +33,13 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
     if w.dtype not in (np.float32, np.float16) or not np.isfinite(w).all():
         raise ValueError("w: finite float32 or float16")
     w = w.astype(F)
+    if w.ndim == 0 or w.shape[-1] % group:
+        if "pad_ragged" not in bugs:
+            raise ValueError("w: the last axis must be a multiple of the group")
+        n = w.shape[-1]  # pad the last group with zeros and cut the codes back
+        padded = np.concatenate([w, np.zeros((*w.shape[:-1], -n % group), F)], axis=-1)
+        codes, scales, zeros = quantize_groups(padded, bits, group, scheme, zero_storage=zero_storage)
+        return codes[..., :n], scales, zeros
     rows = w.reshape(-1, w.shape[-1])
     ng = rows.shape[1] // group
     codes = np.zeros(rows.shape, np.uint8)
@@ -46,6 +53,8 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
                 lo, hi = min(F(g.min()), F(0)), max(F(g.max()), F(0))
                 if lo == 0 and hi == 0:
                     lo, hi = F(-1), F(1)
+                if not np.isfinite(F(hi) - F(lo)):
+                    raise ValueError("w: a group's range overflows float32")
                 scale = F(F(hi - lo) / F(qmax))
                 if "no_floor" not in bugs:
                     scale = max(scale, FLOOR)
