@@ -293,14 +293,10 @@ def _bit_length(v: NDArray[np.uint64]) -> NDArray[np.int64]:
 
 
 def _enum(value, cls, name):
+    """A member of `cls`, given as itself or by its string value."""
     if isinstance(value, cls):
         return value
-    try:
-        return cls(value)
-    except ValueError:
-        raise ValueError(
-            f"{name}: expected one of {[m.value for m in cls]}, got {value!r}"
-        ) from None
+    return cls(choice(value, name, [m.value for m in cls]))
 
 
 def _check_source(x: ArrayLike) -> NDArray:

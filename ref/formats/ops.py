@@ -1066,6 +1066,8 @@ def _layout_vectors() -> list[VectorSpec]:
         specs.append(VectorSpec(f"{rows}x{cols} scales (padded to {-(-rows // 128) * 128}x{-(-cols // 4) * 4})",
                                 ("LayoutTranspose", "LayoutPadding"), Case({"scales": s})))
     specs.append(VectorSpec("no rows", ("EmptyInput",), Case({"scales": np.zeros((0, 4), np.uint8)})))
+    specs.append(VectorSpec("float32 scales: the layout moves any element type unchanged", ("LayoutTranspose",),
+                            Case({"scales": rng.standard_normal((130, 5)).astype(np.float32)})))
     specs.append(VectorSpec("1-D scales are rejected", ("InvalidInput", "InputRank"),
                             Case({"scales": np.zeros(8, np.uint8)}), "invalid"))
     specs.append(VectorSpec("3-D scales are rejected, not flattened", ("InvalidInput", "InputRank"),
