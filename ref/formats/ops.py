@@ -1289,8 +1289,11 @@ def _int_examples(bits: int):
         def case(draw):
             params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
             shape = draw(block_shapes(block=int(params["group"]), max_blocks=3), label="shape")
-            w = draw(st.one_of(realistic_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32))),
-                               outlier_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32)))),
+            dtype = st.just(draw(st.sampled_from([np.dtype(np.float32), np.dtype(np.float16)]), label="dtype"))
+            # 1e-7 puts scales below the 2^-23 floor (degenerate groups); float16 stays finite at every scale.
+            scale = st.sampled_from([1e-7, 1e-4, 1e-2, 0.1, 1.0, 10.0])
+            w = draw(st.one_of(realistic_arrays(shape=st.just(shape), dtype=dtype, scale=scale),
+                               outlier_arrays(shape=st.just(shape), dtype=dtype)),
                      label="w")
             return Case({"w": w}, params)
 
