@@ -37,8 +37,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import choice, integer
 
-__all__ = ["AWQ_ORDER", "BITS", "GROUP_SIZES", "SCALE_FLOOR", "SCHEMES", "WORD_ORDERS", "ZERO_STORAGE", "dequantize", "pack_int32", "quantize",
-           "unpack_int32"]
+__all__ = ["AWQ_ORDER", "BITS", "GROUP_SIZES", "SCALE_FLOOR", "SCHEMES", "WORD_ORDERS", "ZERO_STORAGE",
+           "dequantize", "pack_int32", "quantize", "unpack_int32"]
 
 SCHEMES = ("asymmetric", "symmetric")
 ZERO_STORAGE = ("exact", "gptq_v1")

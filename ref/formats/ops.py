@@ -463,7 +463,8 @@ def _decode_vectors(f: FloatFormat) -> list[VectorSpec]:
     # check of only the next bit (codes & 0x10) or only the sign of the byte fails too.
     for bit in range(f.nbits, 8 * f.code_dtype.itemsize):
         dirty = np.array([1, (1 << bit) | 1], dtype=f.code_dtype)
-        specs.append(VectorSpec(f"a code with bit {bit} set is rejected, not masked to 1", ("DirtyBits", "InvalidInput"),
+        specs.append(VectorSpec(f"a code with bit {bit} set is rejected, not masked to 1",
+                                ("DirtyBits", "InvalidInput"),
                                 Case({"codes": dirty}), "invalid"))
     return specs
 
@@ -1199,12 +1200,12 @@ def _int_shape_vectors(w: np.ndarray) -> list[VectorSpec]:
                    Case({"w": w[:4].reshape(2, 2, 256)}, {"group": "128"})),
         VectorSpec("a 3-d float16 stack", ("InputRank", "Float16Input"),
                    Case({"w": w[:4, :64].reshape(2, 2, 64).astype(np.float16)}, {"group": "32"})),
-        VectorSpec("float64 weights are rejected, not narrowed", ("InvalidInput",), Case({"w": w[:1].astype(np.float64)}),
-                   "invalid"),
+        VectorSpec("float64 weights are rejected, not narrowed", ("InvalidInput",),
+                   Case({"w": w[:1].astype(np.float64)}), "invalid"),
         VectorSpec("integer weights are rejected", ("InvalidInput",), Case({"w": np.ones((1, 128), np.int32)}),
                    "invalid"),
-        VectorSpec("a 0-d weight is rejected", ("InvalidInput", "InputRank"), Case({"w": np.float32(1)}, {"group": "32"}),
-                   "invalid"),
+        VectorSpec("a 0-d weight is rejected", ("InvalidInput", "InputRank"),
+                   Case({"w": np.float32(1)}, {"group": "32"}), "invalid"),
         VectorSpec("Inf weights are rejected", ("InvalidInput", "Infinity"),
                    Case({"w": np.where(np.arange(128) == 3, np.float32(np.inf), w[0, :128])[None, :]}), "invalid"),
         VectorSpec("a group whose range max - min overflows float32 is rejected", ("InvalidInput",),
@@ -1278,8 +1279,8 @@ def _int_dequant_vectors(bits: int) -> list[VectorSpec]:
             dirty_z = z.copy()
             dirty_z[2, 1] |= 1 << bit
             specs.append(VectorSpec(f"a zero point with bit {bit} set is rejected, not masked",
-                                    ("DirtyBits", "InvalidInput"), Case({"codes": codes, "scales": sc, "zeros": dirty_z}),
-                                    "invalid"))
+                                    ("DirtyBits", "InvalidInput"),
+                                    Case({"codes": codes, "scales": sc, "zeros": dirty_z}), "invalid"))
     return specs
 
 

@@ -94,8 +94,8 @@ def dequantize_groups(codes, scales, zeros, bits, group, zero_storage="exact", b
         raise ValueError("codes: the last axis must be a multiple of the group")
     if scales.shape != (*codes.shape[:-1], -(-n // group)) or zeros.shape != scales.shape:
         raise ValueError("scales, zeros: one per group")
-    rows, srows, zrows = codes.reshape(-1, n), scales.reshape(len(codes.reshape(-1, n)), -1), zeros.reshape(-1,
-                                                                                                           scales.shape[-1])
+    rows = codes.reshape(-1, n)
+    srows, zrows = scales.reshape(rows.shape[0], -1), zeros.reshape(rows.shape[0], -1)
     out = np.zeros(rows.shape, F)
     for r in range(rows.shape[0]):
         for i in range(n):
