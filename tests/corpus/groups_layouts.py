@@ -40,7 +40,8 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
         padded = np.concatenate([w, np.zeros((*w.shape[:-1], -n % group), F)], axis=-1)
         codes, scales, zeros = quantize_groups(padded, bits, group, scheme, zero_storage=zero_storage)
         return codes[..., :n], scales, zeros
-    rows = w.reshape(-1, w.shape[-1])
+    # reshape(-1, n) cannot infer the row count of an empty array: name it.
+    rows = w.reshape(-1 if "reshape_minus_one" in bugs else int(np.prod(w.shape[:-1])), w.shape[-1])
     ng = rows.shape[1] // group
     codes = np.zeros(rows.shape, np.uint8)
     scales = np.zeros((rows.shape[0], ng), F)
@@ -94,8 +95,8 @@ def dequantize_groups(codes, scales, zeros, bits, group, zero_storage="exact", b
         raise ValueError("codes: the last axis must be a multiple of the group")
     if scales.shape != (*codes.shape[:-1], -(-n // group)) or zeros.shape != scales.shape:
         raise ValueError("scales, zeros: one per group")
-    rows = codes.reshape(-1, n)
-    srows, zrows = scales.reshape(rows.shape[0], -1), zeros.reshape(rows.shape[0], -1)
+    lead = int(np.prod(codes.shape[:-1]))
+    rows, srows, zrows = codes.reshape(lead, n), scales.reshape(lead, -(-n // group)), zeros.reshape(lead, -(-n // group))
     out = np.zeros(rows.shape, F)
     for r in range(rows.shape[0]):
         for i in range(n):
@@ -214,6 +215,8 @@ GROUP_LAYOUT_BUGS = {
     "group quantize built for float32 weights only": (
         _impl("float32 only", {"formats.int4_group.quantize": _float32_only_quantizer},
               {"formats.int4_group.quantize": _ALL_GROUPS}), "Float16Input"),
+    "rows of no weights crash reshape(-1, n)": (
+        _impl("empty", {"formats.int4_group.quantize": _quantizer(4, "reshape_minus_one")}, {}), "EmptyInput"),
     "AWQ nibble order where GPTQ's is declared": (
         _impl("word order", {"formats.int4.pack_int32": lambda codes, order: pack_int32(codes, order, ("swap_order",))},
               {}), "WordOrder"),
