@@ -95,8 +95,8 @@ def dequantize_groups(codes, scales, zeros, bits, group, zero_storage="exact", b
         raise ValueError("codes: the last axis must be a multiple of the group")
     if scales.shape != (*codes.shape[:-1], -(-n // group)) or zeros.shape != scales.shape:
         raise ValueError("scales, zeros: one per group")
-    lead = int(np.prod(codes.shape[:-1]))
-    rows, srows, zrows = codes.reshape(lead, n), scales.reshape(lead, -(-n // group)), zeros.reshape(lead, -(-n // group))
+    lead, ng = int(np.prod(codes.shape[:-1])), -(-n // group)
+    rows, srows, zrows = codes.reshape(lead, n), scales.reshape(lead, ng), zeros.reshape(lead, ng)
     out = np.zeros(rows.shape, F)
     for r in range(rows.shape[0]):
         for i in range(n):
