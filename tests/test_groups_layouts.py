@@ -8,6 +8,7 @@ from corpus import groups_layouts as gl
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ref.conformance.catalog import discover
 from ref.conformance.runner import run
 from ref.formats import intgroup, layouts
 
@@ -155,3 +156,39 @@ def test_bug_is_rejected(name):
     report = run(impl, examples=0)
     failures = [f for r in report.ops for f in r.failures]
     assert not report.ok and any(flag in f.flags for f in failures), [f.flags for f in failures]
+
+
+def _specs(name):
+    return discover()[name].vectors()
+
+
+@pytest.mark.parametrize("name", [f"formats.int{b}_group.{k}" for b in intgroup.BITS for k in ("quantize", "dequantize")]
+                         + ["formats.int4.pack_int32"])
+def test_every_group_codec_has_ragged_rank_and_empty_vectors(name):
+    specs = _specs(name)
+    ragged = [s for s in specs if "RaggedGroup" in s.flags]
+    assert ragged and all(s.result == "invalid" for s in ragged)
+    ranks = {np.ndim(next(iter(s.case.inputs.values()))) for s in specs if s.result == "valid"}
+    assert {1, 2, 3} <= ranks
+    assert any("EmptyInput" in s.flags and s.result == "valid" for s in specs)
+
+
+@pytest.mark.parametrize("bits", intgroup.BITS)
+def test_degenerate_groups_are_vectors_of_both_schemes(bits):
+    specs = [s for s in _specs(f"formats.int{bits}_group.quantize") if "DegenerateGroup" in s.flags]
+    assert {s.case.params["scheme"] for s in specs} == set(intgroup.SCHEMES)
+    for s in specs:
+        _, scales, _ = intgroup.quantize(s.case.inputs["w"], bits=bits, group=int(s.case.params.get("group", "128")),
+                                         scheme=s.case.params["scheme"])
+        assert (scales == intgroup.SCALE_FLOOR).any()  # each reaches the floor
+
+
+@pytest.mark.parametrize("name, width", [("formats.int4_group.dequantize", 4), ("formats.int4.pack_int32", 4)])
+def test_dirty_bits_vectors_set_the_lowest_and_highest_spare_bit(name, width):
+    bits_set = set()
+    for s in _specs(name):
+        if "DirtyBits" in s.flags and s.result == "invalid":
+            for arr in s.case.inputs.values():
+                if arr.dtype == np.uint8:
+                    bits_set |= {b for b in range(width, 8) if (arr & (1 << b)).any()}
+    assert {width, 7} <= bits_set

@@ -9,7 +9,9 @@ from corpus import table_codec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ref.conformance.catalog import discover
 from ref.formats import FORMATS, NanPolicy, Overflow, Rounding, decode, encode, get_format, round_to
+from ref.formats.ops import SR_WIDTHS
 from ref.testing.strategies import edge_values, float_bits_arrays, rounding_ties
 from ref.testing.ulp import ordinal
 
@@ -308,3 +310,40 @@ def test_enums_and_names_are_interchangeable():
     x = np.float32([2.5, -2.5])
     assert np.array_equal(encode(x, "float4_e2m1fn", rounding=Rounding.TOWARD_POSITIVE, overflow=Overflow.SATURATE),
                           encode(x, get_format("float4_e2m1fn"), rounding="toward_positive", overflow="saturate"))
+
+
+def _specs(name):
+    return discover()[name].vectors()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stochastic_boundary_vectors_at_every_width(name):
+    specs = [s for s in _specs(f"formats.{name}.encode") if "SrBoundary" in s.flags]
+    widths = {s.case.params["sr_bits"] for s in specs}
+    assert widths == set(SR_WIDTHS)
+    for s in specs:  # each pair straddles the carry: rbits at the boundary, and one less
+        x, rbits = s.case.inputs["x"], s.case.inputs["rbits"]
+        up = encode(x, name, rounding="stochastic", rbits=rbits, sr_bits=int(s.case.params["sr_bits"]))
+        down = encode(x, name, rounding="toward_zero", overflow="saturate")
+        assert (up != down).all() if "just complete" in s.comment else (up == down).all()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if FORMATS[n].nbits < 8])
+def test_every_spare_bit_has_its_own_dirty_vector(name):
+    f = FORMATS[name]
+    dirty = [s for s in _specs(f"formats.{name}.decode") if "DirtyBits" in s.flags]
+    assert all(s.result == "invalid" for s in dirty)
+    assert sorted(int(s.case.inputs["codes"].max()).bit_length() - 1 for s in dirty) == list(range(f.nbits, 8))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_accepted_dtype_and_rank_is_a_vector(name):
+    enc = [s for s in _specs(f"formats.{name}.encode") if s.result != "invalid"]
+    seen = {(s.case.inputs["x"].dtype.newbyteorder("=").name, s.case.inputs["x"].ndim) for s in enc}
+    for dtype in ("float16", "float32", "float64"):
+        assert {r for d, r in seen if d == dtype} >= {1, 3}, dtype
+    assert {r for _, r in seen} >= {0, 1, 2, 3}
+    refused = {s.case.inputs["x"].dtype.name for s in _specs(f"formats.{name}.encode") if s.result == "invalid"}
+    assert {"int32", "bool"} <= refused
+    dec = _specs(f"formats.{name}.decode")
+    assert {s.case.inputs["codes"].ndim for s in dec if s.result == "valid"} >= {0, 1, 2, 3}
