@@ -162,8 +162,10 @@ def _specs(name):
     return discover()[name].vectors()
 
 
-@pytest.mark.parametrize("name", [f"formats.int{b}_group.{k}" for b in intgroup.BITS for k in ("quantize", "dequantize")]
-                         + ["formats.int4.pack_int32"])
+GROUP_CODECS = [f"formats.int{b}_group.{k}" for b in intgroup.BITS for k in ("quantize", "dequantize")]
+
+
+@pytest.mark.parametrize("name", [*GROUP_CODECS, "formats.int4.pack_int32"])
 def test_every_group_codec_has_ragged_rank_and_empty_vectors(name):
     specs = _specs(name)
     ragged = [s for s in specs if "RaggedGroup" in s.flags]
