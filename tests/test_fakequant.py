@@ -18,6 +18,17 @@ def test_fake_quantize_is_dequantize_of_quantize():
     assert np.abs(y - x).max() <= np.abs(x).max() * 2.0**-8
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_int_group_fake_quantize_honours_bits_and_zero_storage(bits):
+    """GPTQ v1 storage changes how zero points are stored, never the weights they decode to."""
+    rng = np.random.default_rng(bits)
+    x = (rng.standard_normal((4, 256)) * 0.02).astype(np.float32)
+    exact = fake_quantize(x, "int_group", bits=bits, group=64)
+    assert np.array_equal(fake_quantize(x, "int_group", bits=bits, group=64, zero_storage="gptq_v1"), exact)
+    step = np.abs(x).max() * 2 / ((1 << bits) - 1)
+    assert 0 < np.abs(exact - x).max() <= step
+
+
 def test_sqnr_orders_the_formats_as_their_bits_do():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((64, 256)).astype(np.float32)
@@ -43,6 +54,13 @@ def test_block_errors_and_saturation():
     (lambda: block_max_error(np.ones(10), np.ones(10), block=4), ValueError, "multiple"),
     (lambda: saturation_fraction(np.zeros(3, np.int32), "float8_e4m3fn"), TypeError, "uint8"),
     (lambda: fake_quantize(np.ones(4), "int3"), ValueError, "codec"),
+    (lambda: fake_quantize(np.ones(4), None), TypeError, "codec"),
+    (lambda: fake_quantize(np.ones(4, np.float32), "element"), TypeError, "fmt"),
+    (lambda: fake_quantize(np.ones(32, np.float32), "mx"), TypeError, "elem"),
+    (lambda: fake_quantize(np.ones((1, 128), np.float32), "int_group", bits="8"), TypeError, "bits"),
+    (lambda: block_max_error(np.ones(8), np.ones(8), block="4"), TypeError, "block"),
+    (lambda: block_max_error(np.ones(8), np.ones(8), block=0), ValueError, "block"),
+    (lambda: block_max_error(np.ones(8), np.ones(8), block=True), TypeError, "block"),
 ])
 def test_errors(call, error, word):
     with pytest.raises(error, match=word):

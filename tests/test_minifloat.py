@@ -9,7 +9,9 @@ from corpus import table_codec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ref.formats import FORMATS, NanPolicy, Overflow, Rounding, decode, encode, get_format
+from ref.conformance.catalog import discover
+from ref.formats import FORMATS, NanPolicy, Overflow, Rounding, decode, encode, get_format, round_to
+from ref.formats.ops import SR_WIDTHS
 from ref.testing.strategies import edge_values, float_bits_arrays, rounding_ties
 from ref.testing.ulp import ordinal
 
@@ -283,6 +285,18 @@ def test_input_is_not_modified():
         (lambda: decode(np.uint16([1]), "float8_e5m2"), TypeError, ["codes", "uint16"]),
         (lambda: decode(np.uint8([0x10]), "float4_e2m1fn"), ValueError, ["codes", "0x10"]),
         (lambda: decode(np.uint8([0x40]), "float6_e2m3fn"), ValueError, ["codes", "0x40"]),
+        (lambda: decode(np.uint8([1]), 3), TypeError, ["fmt", "int"]),
+        (lambda: encode(np.float32([1]), "bfloat16", rounding=1), TypeError, ["rounding", "int"]),
+        (lambda: encode(np.float32([1]), "float8_e4m3fn", overflow=True), TypeError, ["overflow", "bool"]),
+        (lambda: encode(np.float32([1]), "float4_e2m1fn", nan=Rounding.NEAREST_EVEN), TypeError, ["nan"]),
+        (lambda: encode(np.float32([1]), "float8_e8m0fnu", negative="abs"), ValueError, ["negative", "'abs'"]),
+        (lambda: encode(np.float32([1]), ["bfloat16"]), TypeError, ["fmt", "list"]),
+        (lambda: round_to(np.float32([1]), "fp32"), ValueError, ["precision", "fp32"]),
+        (lambda: round_to(np.float32([1]), 32), TypeError, ["precision", "int"]),
+        *[(lambda bad=bad: encode(np.float32([1]), "float8_e5m2", rounding="stochastic", rbits=np.uint32([1]),
+                                  sr_bits=bad), error, ["sr_bits", repr(bad)])
+          for bad, error in (("16", TypeError), (16.0, TypeError), (True, TypeError), (None, TypeError),
+                             (0, ValueError), (33, ValueError), (-8, ValueError))],
     ],
 )
 def test_errors_name_the_argument(call, error, words):
@@ -296,3 +310,40 @@ def test_enums_and_names_are_interchangeable():
     x = np.float32([2.5, -2.5])
     assert np.array_equal(encode(x, "float4_e2m1fn", rounding=Rounding.TOWARD_POSITIVE, overflow=Overflow.SATURATE),
                           encode(x, get_format("float4_e2m1fn"), rounding="toward_positive", overflow="saturate"))
+
+
+def _specs(name):
+    return discover()[name].vectors()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_stochastic_boundary_vectors_at_every_width(name):
+    specs = [s for s in _specs(f"formats.{name}.encode") if "SrBoundary" in s.flags]
+    widths = {s.case.params["sr_bits"] for s in specs}
+    assert widths == set(SR_WIDTHS)
+    for s in specs:  # each pair straddles the carry: rbits at the boundary, and one less
+        x, rbits = s.case.inputs["x"], s.case.inputs["rbits"]
+        up = encode(x, name, rounding="stochastic", rbits=rbits, sr_bits=int(s.case.params["sr_bits"]))
+        down = encode(x, name, rounding="toward_zero", overflow="saturate")
+        assert (up != down).all() if "just complete" in s.comment else (up == down).all()
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if FORMATS[n].nbits < 8])
+def test_every_spare_bit_has_its_own_dirty_vector(name):
+    f = FORMATS[name]
+    dirty = [s for s in _specs(f"formats.{name}.decode") if "DirtyBits" in s.flags]
+    assert all(s.result == "invalid" for s in dirty)
+    assert sorted(int(s.case.inputs["codes"].max()).bit_length() - 1 for s in dirty) == list(range(f.nbits, 8))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_accepted_dtype_and_rank_is_a_vector(name):
+    enc = [s for s in _specs(f"formats.{name}.encode") if s.result != "invalid"]
+    seen = {(s.case.inputs["x"].dtype.newbyteorder("=").name, s.case.inputs["x"].ndim) for s in enc}
+    for dtype in ("float16", "float32", "float64"):
+        assert {r for d, r in seen if d == dtype} >= {1, 3}, dtype
+    assert {r for _, r in seen} >= {0, 1, 2, 3}
+    refused = {s.case.inputs["x"].dtype.name for s in _specs(f"formats.{name}.encode") if s.result == "invalid"}
+    assert {"int32", "bool"} <= refused
+    dec = _specs(f"formats.{name}.decode")
+    assert {s.case.inputs["codes"].ndim for s in dec if s.result == "valid"} >= {0, 1, 2, 3}

@@ -42,6 +42,8 @@ def test_torch_layout_if_available():
         (lambda: pack_fp4(np.uint8([1, 2]), order="lsb"), ValueError, "order"),
         (lambda: unpack_fp4(np.int8([1])), TypeError, "packed"),
         (lambda: unpack_fp4(np.uint8(1)), ValueError, "packed"),
+        (lambda: pack_fp4(np.uint8([1, 2]), order=0), TypeError, "order"),
+        (lambda: unpack_fp4(np.uint8([1]), order=None), TypeError, "order"),
     ],
 )
 def test_errors(call, error, word):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import choice, integer
 from ref.formats import intgroup, mx, nvfp4
 from ref.formats.minifloat import decode, encode, get_format
 
@@ -27,8 +28,13 @@ def fake_quantize(x: ArrayLike, codec: str, **options) -> NDArray[np.float64]:
 
     codec "element": options fmt (and encode's options); "mx": elem (and mx.quantize's);
     "nvfp4": nvfp4.quantize's options; "int_group": bits, group, scheme.
+    Each option is checked by the function it goes to.
     """
+    codec = choice(codec, "codec", CODECS)
     x = np.asarray(x)
+    required = {"element": "fmt", "mx": "elem"}.get(codec)
+    if required and required not in options:
+        raise TypeError(f"{required}: codec {codec!r} needs the keyword option {required}")
     if codec == "element":
         fmt = options.pop("fmt")
         return decode(encode(x, fmt, **options), fmt).astype(np.float64)
@@ -39,10 +45,9 @@ def fake_quantize(x: ArrayLike, codec: str, **options) -> NDArray[np.float64]:
     if codec == "nvfp4":
         recipe = options.get("recipe", "transformer_engine")
         return nvfp4.dequantize(*nvfp4.quantize(x, **options), recipe=recipe)
-    if codec == "int_group":
-        group = options.get("group", 128)
-        return intgroup.dequantize(*intgroup.quantize(x, **options), group=group).astype(np.float64)
-    raise ValueError(f"codec: expected one of {CODECS}, got {codec!r}")
+    group, bits = options.get("group", 128), options.get("bits", 4)
+    return intgroup.dequantize(*intgroup.quantize(x, **options), group=group, bits=bits,
+                               zero_storage=options.get("zero_storage", "exact")).astype(np.float64)
 
 
 def _pair(x: ArrayLike, y: ArrayLike):
@@ -66,6 +71,7 @@ def sqnr_db(x: ArrayLike, y: ArrayLike) -> float:
 
 def block_max_error(x: ArrayLike, y: ArrayLike, *, block: int) -> NDArray[np.float64]:
     """max |x - y| per block of `block` elements along the last axis: [..., n / block]."""
+    block = integer(block, "block", minimum=1)
     x, y = _pair(x, y)
     if x.ndim < 1 or x.shape[-1] % block:
         raise ValueError(f"x: the last axis must be a multiple of block={block}, got shape {x.shape}")

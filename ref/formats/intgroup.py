@@ -4,12 +4,21 @@ packings GPTQ and AWQ checkpoints use.
 
   asymmetric (GPTQ's and AWQ's min-max quantizer):
       lo = min(min(w_g), 0), hi = max(max(w_g), 0)   (both 0: lo, hi = -1, +1)
-      scale = f32(f32(hi - lo) / (2^b - 1)),  zero = clamp(rne(f32(-lo / scale)), 0, 2^b - 1)
+      scale = max(f32(f32(hi - lo) / (2^b - 1)), 2^-23)
+      zero = clamp(rne(f32(-lo / scale)), 0, 2^b - 1)
       q = clamp(rne(f32(w / scale)) + zero, 0, 2^b - 1)
   symmetric:
-      scale = f32(amax / (2^(b-1) - 1))   (amax 0: scale 1),   zero = 2^(b-1)
+      scale = max(f32(amax / (2^(b-1) - 1)), 2^-23)   (amax 0: scale 1),   zero = 2^(b-1)
       q = clamp(rne(f32(w / scale)), -2^(b-1), 2^(b-1) - 1) + zero
   dequantize: w' = f32(scale * (q - zero))
+
+Degenerate groups. A group of tiny weights (float32 subnormals) has a scale that
+underflows to 0, and w / 0 is NaN or Inf: GPTQ's own quantizer then takes its codes
+from casting NaN to an integer, which differs by platform. The scale is floored at
+SCALE_FLOOR = 2^-23 (float32 epsilon), as compressed-tensors (llm-compressor's
+writer) and torchao's `choose_qparams_affine` clamp it, so such a group quantizes
+to its zero point and dequantizes to zeros. A group whose range hi - lo overflows
+float32 (weights near +-3.4e38) would get an infinite scale: it is rejected.
 
 Zero points are returned as they are (`zero_storage="exact"`, GPTQ v2, AWQ) or as
 GPTQ v1 checkpoints store them, minus one modulo 2^b (`"gptq_v1"`; its loader adds
@@ -26,39 +35,36 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["AWQ_ORDER", "GROUP_SIZES", "SCHEMES", "ZERO_STORAGE", "dequantize", "pack_int32", "quantize",
-           "unpack_int32"]
+from ref.arguments import choice, integer
+
+__all__ = ["AWQ_ORDER", "BITS", "GROUP_SIZES", "SCALE_FLOOR", "SCHEMES", "WORD_ORDERS", "ZERO_STORAGE",
+           "dequantize", "pack_int32", "quantize", "unpack_int32"]
 
 SCHEMES = ("asymmetric", "symmetric")
 ZERO_STORAGE = ("exact", "gptq_v1")
 GROUP_SIZES = (32, 64, 128)
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds element AWQ_ORDER[i] of its 8
 WORD_ORDERS = ("gptq", "awq")
+BITS = (4, 8)
 F32 = np.float32
+SCALE_FLOOR = F32(2.0**-23)  # float32 epsilon: compressed-tensors' and torchao's smallest scale
 
 
 def _groups(w: NDArray, group: int, name: str) -> NDArray:
-    if group < 1:
-        raise ValueError(f"group: expected a positive group size, got {group}")
+    """w [..., n] -> [..., n/group, group]; a ragged last group is an error, never padded."""
     if w.ndim < 1 or w.shape[-1] % group:
         raise ValueError(f"{name}: the last axis must be a multiple of group={group}, got shape {w.shape}")
     return w.reshape(*w.shape[:-1], w.shape[-1] // group, group)
-
-
-def _check_storage(zero_storage: str) -> None:
-    if zero_storage not in ZERO_STORAGE:
-        raise ValueError(f"zero_storage: expected one of {ZERO_STORAGE}, got {zero_storage!r}")
 
 
 def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "asymmetric",
              zero_storage: str = "exact"):
     """w [..., n] float32/float16 -> (codes [..., n] uint8, scales [..., n/g] float32,
     zeros [..., n/g] uint8, stored as `zero_storage` says)."""
-    _check_storage(zero_storage)
-    if bits not in (4, 8):
-        raise ValueError(f"bits: expected 4 or 8, got {bits}")
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme: expected one of {SCHEMES}, got {scheme!r}")
+    bits = integer(bits, "bits", choices=BITS)
+    group = integer(group, "group", minimum=1)
+    scheme = choice(scheme, "scheme", SCHEMES)
+    zero_storage = choice(zero_storage, "zero_storage", ZERO_STORAGE)
     w = np.asarray(w)
     if w.dtype not in (np.float16, np.float32):
         raise TypeError(f"w: expected float32 or float16, got {w.dtype}")
@@ -66,21 +72,24 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "as
     if not np.isfinite(g).all():
         raise ValueError("w: integer group codecs take finite weights (found NaN or Inf)")
     qmax = (1 << bits) - 1
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if scheme == "asymmetric":
-            lo = np.minimum(g.min(axis=-1, initial=0.0), F32(0))
-            hi = np.maximum(g.max(axis=-1, initial=0.0), F32(0))
-            empty = (lo == 0) & (hi == 0)
-            lo, hi = np.where(empty, F32(-1), lo), np.where(empty, F32(1), hi)
-            scale = ((hi - lo) / F32(qmax)).astype(np.float32)
-            zero = np.clip(np.rint(-lo / scale), 0, qmax)
-            q = np.clip(np.rint(g / scale[..., None]) + zero[..., None], 0, qmax)
-        else:
-            half = 1 << (bits - 1)
-            amax = np.abs(g).max(axis=-1, initial=0.0)
-            scale = np.where(amax > 0, amax / F32(half - 1), F32(1)).astype(np.float32)
-            zero = np.full(scale.shape, half, dtype=np.float32)
-            q = np.clip(np.rint(g / scale[..., None]), -half, half - 1) + half
+    if scheme == "asymmetric":
+        lo = np.minimum(g.min(axis=-1, initial=0.0), F32(0))
+        hi = np.maximum(g.max(axis=-1, initial=0.0), F32(0))
+        empty = (lo == 0) & (hi == 0)
+        lo, hi = np.where(empty, F32(-1), lo), np.where(empty, F32(1), hi)
+        with np.errstate(over="ignore"):
+            span = (hi - lo).astype(np.float32)
+        if not np.isfinite(span).all():
+            raise ValueError("w: a group's range max - min overflows float32 (its scale would be Inf)")
+        scale = np.maximum((span / F32(qmax)).astype(np.float32), SCALE_FLOOR)
+        zero = np.clip(np.rint(-lo / scale), 0, qmax)
+        q = np.clip(np.rint(g / scale[..., None]) + zero[..., None], 0, qmax)
+    else:
+        half = 1 << (bits - 1)
+        amax = np.abs(g).max(axis=-1, initial=0.0)
+        scale = np.where(amax > 0, np.maximum(amax / F32(half - 1), SCALE_FLOOR), F32(1)).astype(np.float32)
+        zero = np.full(scale.shape, half, dtype=np.float32)
+        q = np.clip(np.rint(g / scale[..., None]), -half, half - 1) + half
     if zero_storage == "gptq_v1":
         zero = (zero - 1) % (qmax + 1)
     return q.reshape(w.shape).astype(np.uint8), scale, zero.astype(np.uint8)
@@ -89,12 +98,20 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: str = "as
 def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, group: int = 128, bits: int = 4,
                zero_storage: str = "exact") -> NDArray[np.float32]:
     """f32(scale * (q - zero)) per element: codes [..., n], scales and zeros [..., n/g]
-    (GPTQ v1 zeros get their one back, modulo 2^bits)."""
-    _check_storage(zero_storage)
+    (GPTQ v1 zeros get their one back, modulo 2^bits).
+
+    Codes and zero points are one per byte; a byte with bits above `bits` set is not
+    a code (ValueError), never masked."""
+    group = integer(group, "group", minimum=1)
+    bits = integer(bits, "bits", choices=BITS)
+    zero_storage = choice(zero_storage, "zero_storage", ZERO_STORAGE)
     codes, scales, zeros = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
     if codes.dtype != np.uint8 or zeros.dtype != np.uint8 or scales.dtype != np.float32:
         raise TypeError(f"codes, zeros: expected uint8 and scales float32, got {codes.dtype}, {zeros.dtype}, "
                         f"{scales.dtype}")
+    for name, arr in (("codes", codes), ("zeros", zeros)):
+        if arr.size and int(arr.max()) >> bits:
+            raise ValueError(f"{name}: INT{bits} values are 0..{(1 << bits) - 1}, got {int(arr.max())}")
     g = _groups(codes, group, "codes")
     if scales.shape != g.shape[:-1] or zeros.shape != g.shape[:-1]:
         raise ValueError(f"scales, zeros: expected shape {g.shape[:-1]}, got {scales.shape} and {zeros.shape}")
@@ -113,8 +130,7 @@ def pack_int32(codes: ArrayLike, *, order: str = "gptq") -> NDArray[np.int32]:
     GPTQ v1 checkpoints store zero points minus one in the same layout: pack
     (zeros - 1) % 16 yourself; the packing does not change.
     """
-    if order not in WORD_ORDERS:
-        raise ValueError(f"order: expected one of {WORD_ORDERS}, got {order!r}")
+    order = choice(order, "order", WORD_ORDERS)
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"codes: expected uint8 INT4 codes, got {codes.dtype}")
@@ -131,11 +147,12 @@ def pack_int32(codes: ArrayLike, *, order: str = "gptq") -> NDArray[np.int32]:
 
 def unpack_int32(words: ArrayLike, *, order: str = "gptq") -> NDArray[np.uint8]:
     """The inverse of `pack_int32`: int32 words [..., k] -> INT4 codes [..., 8k]."""
-    if order not in WORD_ORDERS:
-        raise ValueError(f"order: expected one of {WORD_ORDERS}, got {order!r}")
+    order = choice(order, "order", WORD_ORDERS)
     words = np.asarray(words)
     if words.dtype != np.int32:
         raise TypeError(f"words: expected int32, got {words.dtype}")
+    if words.ndim < 1:
+        raise ValueError("words: expected at least one axis, got a scalar")
     nibbles = (words.view(np.uint32)[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF  # [..., k, 8]
     if order == "awq":
         nibbles = nibbles[..., list(np.argsort(AWQ_ORDER))]

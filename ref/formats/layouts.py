@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import integer
+
 __all__ = ["blocked_offsets", "from_blocked", "to_blocked"]
 
 
@@ -29,6 +31,7 @@ def _check(scales: NDArray, name: str) -> None:
 
 def blocked_offsets(rows: int, cols: int) -> NDArray[np.int64]:
     """offset(r, c) for every r < rows, c < cols: [rows, cols]."""
+    rows, cols = integer(rows, "rows", minimum=0), integer(cols, "cols", minimum=0)
     r = np.arange(rows)[:, None]
     c = np.arange(cols)[None, :]
     col_tiles = -(-cols // 4)
@@ -36,9 +39,15 @@ def blocked_offsets(rows: int, cols: int) -> NDArray[np.int64]:
 
 
 def to_blocked(scales: ArrayLike, *, pad: int = 0) -> NDArray:
-    """Row-major scales [R, C] -> the flat blocked layout of length Rp * Cp."""
+    """Row-major scales [R, C] -> the flat blocked layout of length Rp * Cp.
+
+    `pad` fills the padding: an integer, within range when the scales are integer
+    codes (E8M0 and E4M3 scales travel as uint8), never wrapped or truncated."""
     scales = np.asarray(scales)
     _check(scales, "scales")
+    pad = integer(pad, "pad")
+    if scales.dtype.kind in "ui" and not np.iinfo(scales.dtype).min <= pad <= np.iinfo(scales.dtype).max:
+        raise ValueError(f"pad: expected a value that fits {scales.dtype}, got {pad}")
     rows, cols = scales.shape
     padded_rows, padded_cols = -(-rows // 128) * 128, -(-cols // 4) * 4
     out = np.full(padded_rows * padded_cols, pad, dtype=scales.dtype)
@@ -49,6 +58,7 @@ def to_blocked(scales: ArrayLike, *, pad: int = 0) -> NDArray:
 def from_blocked(blocked: ArrayLike, rows: int, cols: int) -> NDArray:
     """The flat blocked layout -> row-major scales [rows, cols] (padding dropped)."""
     blocked = np.asarray(blocked)
+    rows, cols = integer(rows, "rows", minimum=0), integer(cols, "cols", minimum=0)
     want = -(-rows // 128) * 128 * (-(-cols // 4) * 4)
     if blocked.ndim != 1 or blocked.size != want:
         raise ValueError(f"blocked: expected a flat array of {want} scales for {rows}x{cols}, got shape {blocked.shape}")

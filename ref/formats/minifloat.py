@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import choice, integer
+
 __all__ = [
     "FORMATS",
     "FloatFormat",
@@ -263,6 +265,8 @@ def get_format(fmt: str | FloatFormat) -> FloatFormat:
     """Look a format up by name (an element format, or float32/float64)."""
     if isinstance(fmt, FloatFormat):
         return fmt
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt: expected a format name or FloatFormat, got {type(fmt).__name__} {fmt!r}")
     found = FORMATS.get(fmt) or NATIVE_FORMATS.get(fmt)
     if found is None:
         raise ValueError(f"fmt: expected one of {sorted(FORMATS) + sorted(NATIVE_FORMATS)}, got {fmt!r}")
@@ -289,14 +293,10 @@ def _bit_length(v: NDArray[np.uint64]) -> NDArray[np.int64]:
 
 
 def _enum(value, cls, name):
+    """A member of `cls`, given as itself or by its string value."""
     if isinstance(value, cls):
         return value
-    try:
-        return cls(value)
-    except ValueError:
-        raise ValueError(
-            f"{name}: expected one of {[m.value for m in cls]}, got {value!r}"
-        ) from None
+    return cls(choice(value, name, [m.value for m in cls]))
 
 
 def _check_source(x: ArrayLike) -> NDArray:
@@ -343,8 +343,7 @@ def _round_up(odd, r, shift, cap, negative, rounding: Rounding, rbits):
 
 def _check_rbits(rbits, x: NDArray, rounding: Rounding, sr_bits) -> NDArray | None:
     """The random bits stochastic rounding reads: uint32 like x, only the top sr_bits kept."""
-    if str(sr_bits) not in {str(w) for w in range(1, 33)}:
-        raise ValueError(f"sr_bits: expected a width from 1 to 32, got {sr_bits!r}")
+    sr_bits = integer(sr_bits, "sr_bits", minimum=1, maximum=32)
     if rounding is not Rounding.STOCHASTIC:
         if rbits is not None:
             raise ValueError(f"rbits: only used with rounding='stochastic', got rounding={rounding.value!r}")
@@ -354,7 +353,7 @@ def _check_rbits(rbits, x: NDArray, rounding: Rounding, sr_bits) -> NDArray | No
     rbits = np.asarray(rbits)
     if rbits.dtype != np.uint32 or rbits.shape != x.shape:
         raise ValueError(f"rbits: expected uint32 of shape {x.shape}, got {rbits.dtype} of shape {rbits.shape}")
-    drop = 32 - int(sr_bits)
+    drop = 32 - sr_bits
     return rbits & np.uint32((0xFFFFFFFF >> drop) << drop)
 
 
@@ -367,7 +366,7 @@ def encode(
     nan: NanPolicy | str = NanPolicy.MAX,
     negative: NegativePolicy | str = NegativePolicy.NAN,
     rbits: ArrayLike | None = None,
-    sr_bits: int | str = 32,
+    sr_bits: int = 32,
 ) -> NDArray:
     """Round float16/32/64 values to the codes of `fmt`, bit-exact.
 
@@ -559,8 +558,7 @@ def round_to(x: ArrayLike, precision: str) -> NDArray[np.float64]:
     NumPy's IEEE cast, float16 and bfloat16 by this module's codec (overflow to
     +-Inf, as IEEE 754 says). float64 returns a float64 copy.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    choice(precision, "precision", PRECISIONS)
     x = np.asarray(x, dtype=np.float64)
     if precision == "float64":
         return x.copy()

@@ -123,8 +123,17 @@ FLAGS = {
                        "one value of the format decodes wrong"),
     "NibbleOrder": Flag("FP4 nibbles packed high-first where low-first is declared, or the reverse",
                         "every element pair is swapped: the tensor is silently permuted"),
-    "DirtyBits": Flag("bits outside a sub-byte code are not zero",
-                      "a consumer reading the whole byte sees garbage"),
+    "DirtyBits": Flag("bits above a code's width (in its byte) masked instead of rejected, rejected in a packed "
+                      "byte that has no spare bits, or written where they must be zero",
+                      "a corrupt or misaligned buffer decodes as numbers, or valid packed data is refused"),
+    "InputRank": Flag("an input of another rank (0-d, 1-d, 3-d and more) flattened, squeezed or refused",
+                      "a single row or a batch of matrices comes back in another shape, or fails"),
+    "RaggedGroup": Flag("a last axis that is not a multiple of the group (or word) size padded or truncated "
+                        "instead of rejected", "the tail of each row is quantized in a made-up group, or dropped"),
+    "DegenerateGroup": Flag("a group whose scale underflows float32 (tiny or subnormal weights) divided by a "
+                            "zero scale instead of the 2^-23 floor",
+                            "codes come from casting NaN or Inf to an integer (platform-dependent); zeros miss "
+                            "the zero point"),
     "EmptyInput": Flag("empty or 0-d arrays crash (a reduction over no elements) or change shape",
                        "a zero-token batch or a scalar brings down the kernel or comes back reshaped"),
     "NanPayload": Flag("NaN recognised by its quiet bit or high payload only",
@@ -307,6 +316,13 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
           f16_edges, dtype=np.float16)
     v.add("big-endian float32 input: the same values, another byte order", ["Random"],
           rand[:32].astype(">f4"), dtype=np.dtype(">f4"))
+    for dt in (f32, np.float16, np.float64):
+        with np.errstate(over="ignore"):
+            cube = rand[:48].astype(dt)
+        v.add(f"a 3-d {np.dtype(dt).name} input keeps its shape", ["InputRank"], cube.reshape(2, 3, 8), dtype=dt)
+    for bad in (np.int32, np.uint16, np.bool_):
+        v.specs.append(VectorSpec(f"{np.dtype(bad).name} input is rejected, not converted", ("InvalidInput",),
+                                  Case({"x": np.ones(4, dtype=bad)}, {}), "invalid"))
     v.add("empty input gives empty codes", ["EmptyInput"], np.zeros((2, 0)))
     v.add("a 0-d input gives a 0-d code", ["EmptyInput"], np.float32(np.median(values[values > 0]) * 1.01))
     nan32 = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FA00000, 0x7FFFFFFF, 0x7FC00001],
@@ -364,16 +380,17 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
           rbits=rng.integers(0, 2**16, n, dtype=np.uint64) << 16, rounding="stochastic")
 
     for dt in (f32, np.float16, np.float64):
-        for width in ("32", "16"):
+        for width in SR_WIDTHS:
             x, carry = _sr_boundary(f, rand, dt, int(width))
             if x.size:
                 dname = np.dtype(dt).name
                 v.add(f"stochastic, {dname}: rbits that just complete the fraction carry (sr_bits={width})",
                       ["StochasticRounding", "SrBoundary"], x, dtype=dt, rbits=carry, rounding="stochastic",
                       sr_bits=width)
-                step = np.uint32(1 << (32 - int(width)))
-                v.add(f"stochastic, {dname}: one random step less does not carry (sr_bits={width})",
-                      ["StochasticRounding", "SrBoundary"], x, dtype=dt, rbits=carry - step,
+                # carry - 1: one random step less in the top `width` bits and every bit below them set,
+                # so a kernel that reads more random bits than it declares carries here.
+                v.add(f"stochastic, {dname}: one random step less, every ignored low bit set, does not carry "
+                      f"(sr_bits={width})", ["StochasticRounding", "SrBoundary"], x, dtype=dt, rbits=carry - 1,
                       rounding="stochastic", sr_bits=width)
     for width in SR_WIDTHS[1:]:
         v.add(f"stochastic, sr_bits={width}: the bits below the top {width} are ignored", ["StochasticRounding"],
@@ -436,9 +453,19 @@ def _decode_vectors(f: FloatFormat) -> list[VectorSpec]:
                             Case({"codes": np.array(f.max_code, dtype=f.code_dtype)})))
     specs.append(VectorSpec("codes of another width are rejected", ("InvalidInput",),
                             Case({"codes": np.zeros(4, dtype=np.int32)}), "invalid"))
-    if f.nbits < 8:
-        specs.append(VectorSpec(f"codes with bits above bit {f.nbits - 1} are rejected", ("DirtyBits", "InvalidInput"),
-                                Case({"codes": np.array([0, 1 << f.nbits], dtype=np.uint8)}), "invalid"))
+    specs.append(VectorSpec("signed codes are rejected, not reinterpreted", ("InvalidInput",),
+                            Case({"codes": np.zeros(4, dtype=np.int8 if f.nbits <= 8 else np.int16)}), "invalid"))
+    every = np.arange(min(1 << f.nbits, 256)).astype(f.code_dtype)
+    specs.append(VectorSpec("codes as a 3-d array keep their shape", ("InputRank",),
+                            Case({"codes": every.reshape(2, -1, 4)})))
+    # Codes travel one per byte; the bits above a sub-byte code are zero, and a byte that
+    # sets any of them is not a code: rejected, never masked. One vector per high bit, so a
+    # check of only the next bit (codes & 0x10) or only the sign of the byte fails too.
+    for bit in range(f.nbits, 8 * f.code_dtype.itemsize):
+        dirty = np.array([1, (1 << bit) | 1], dtype=f.code_dtype)
+        specs.append(VectorSpec(f"a code with bit {bit} set is rejected, not masked to 1",
+                                ("DirtyBits", "InvalidInput"),
+                                Case({"codes": dirty}), "invalid"))
     return specs
 
 
@@ -539,11 +566,20 @@ def _format_of(f: FloatFormat, *names: str):
     return lambda name, arr: f.name if name in names else None
 
 
+def _encode_oracle(f: FloatFormat):
+    """encode under the catalog's convention: variant values arrive as strings."""
+
+    def oracle(x, *, sr_bits="32", **options):
+        return encode(x, f.name, sr_bits=int(sr_bits), **options)
+
+    return oracle
+
+
 def _element_ops(f: FloatFormat) -> list[Op]:
     enc = Op(
         name=f"formats.{f.name}.encode",
         kind=Kind.EXACT,
-        oracle=partial(encode, fmt=f.name),
+        oracle=_encode_oracle(f),
         summary=f"float16/32/64 -> {f.name} codes",
         spec=f"{SPEC}#encode",
         variants=_variants(f),
@@ -594,11 +630,13 @@ def _pack_vectors() -> list[VectorSpec]:
                        Case({"codes": np.array(3, dtype=np.uint8)}, p), "invalid"),
             VectorSpec(f"odd last axis is rejected ({order})", ("InvalidInput",),
                        Case({"codes": np.zeros(3, dtype=np.uint8)}, p), "invalid"),
-            VectorSpec(f"a code above 15 is rejected ({order})", ("DirtyBits", "InvalidInput"),
-                       Case({"codes": np.array([0x10, 0x01], dtype=np.uint8)}, p), "invalid"),
             VectorSpec(f"int64 codes are rejected, not narrowed (257 is not 1) ({order})", ("InvalidInput",),
                        Case({"codes": np.array([257, 14], dtype=np.int64)}, p), "invalid"),
         ]
+        specs += [VectorSpec(f"a code with bit {bit} set is rejected, not masked ({order})",
+                             ("DirtyBits", "InvalidInput"),
+                             Case({"codes": np.array([(1 << bit) | 1, 0x01], dtype=np.uint8)}, p), "invalid")
+                  for bit in range(4, 8)]
     return specs
 
 
@@ -608,14 +646,16 @@ def _unpack_vectors() -> list[VectorSpec]:
     for order in NIBBLE_ORDERS:
         p = {"order": order}
         specs += [
-            VectorSpec(f"every byte ({order})", ("NibbleOrder", "Exhaustive"),
-                       Case({"packed": np.arange(256, dtype=np.uint8)}, p)),
+            VectorSpec(f"every byte: a packed byte has no spare bits, so none is rejected ({order})",
+                       ("NibbleOrder", "Exhaustive", "DirtyBits"), Case({"packed": np.arange(256, dtype=np.uint8)}, p)),
             VectorSpec(f"random bytes with leading axes ({order})", ("NibbleOrder", "Random"),
                        Case({"packed": rng.integers(0, 256, (2, 3, 8)).astype(np.uint8)}, p)),
             VectorSpec(f"empty input gives empty codes ({order})", ("EmptyInput",),
                        Case({"packed": np.zeros((0, 4), dtype=np.uint8)}, p)),
             VectorSpec(f"non-uint8 input is rejected ({order})", ("InvalidInput",),
                        Case({"packed": np.zeros(4, dtype=np.int32)}, p), "invalid"),
+            VectorSpec(f"a 0-d input is rejected ({order})", ("EmptyInput", "InvalidInput"),
+                       Case({"packed": np.array(0x21, dtype=np.uint8)}, p), "invalid"),
         ]
     return specs
 
@@ -1027,8 +1067,12 @@ def _layout_vectors() -> list[VectorSpec]:
         specs.append(VectorSpec(f"{rows}x{cols} scales (padded to {-(-rows // 128) * 128}x{-(-cols // 4) * 4})",
                                 ("LayoutTranspose", "LayoutPadding"), Case({"scales": s})))
     specs.append(VectorSpec("no rows", ("EmptyInput",), Case({"scales": np.zeros((0, 4), np.uint8)})))
-    specs.append(VectorSpec("1-D scales are rejected", ("InvalidInput",), Case({"scales": np.zeros(8, np.uint8)}),
-                            "invalid"))
+    specs.append(VectorSpec("float32 scales: the layout moves any element type unchanged", ("LayoutTranspose",),
+                            Case({"scales": rng.standard_normal((130, 5)).astype(np.float32)})))
+    specs.append(VectorSpec("1-D scales are rejected", ("InvalidInput", "InputRank"),
+                            Case({"scales": np.zeros(8, np.uint8)}), "invalid"))
+    specs.append(VectorSpec("3-D scales are rejected, not flattened", ("InvalidInput", "InputRank"),
+                            Case({"scales": np.zeros((2, 128, 4), np.uint8)}), "invalid"))
     return specs
 
 
@@ -1043,6 +1087,9 @@ def _unblock_vectors() -> list[VectorSpec]:
     specs.append(VectorSpec("a blocked array of the wrong length is rejected", ("InvalidInput",),
                             Case({"blocked": np.zeros(100, np.uint8), "rows": np.int64(128), "cols": np.int64(4)}),
                             "invalid"))
+    specs.append(VectorSpec("a 2-D blocked array is rejected, not flattened", ("InvalidInput", "InputRank"),
+                            Case({"blocked": np.zeros((128, 4), np.uint8), "rows": np.int64(128),
+                                  "cols": np.int64(4)}), "invalid"))
     return specs
 
 
@@ -1139,6 +1186,58 @@ def _int_vectors(bits: int) -> list[VectorSpec]:
                             ("ZeroPoint", "TiesToEven"), Case({"w": exact[None, :]}, {"scheme": "asymmetric"})))
     specs.append(VectorSpec("NaN weights are rejected", ("InvalidInput", "NaN"),
                             Case({"w": np.full((1, 128), np.nan, np.float32)}), "invalid"))
+    specs += _int_shape_vectors(w) + _degenerate_vectors()
+    return specs
+
+
+def _int_shape_vectors(w: np.ndarray) -> list[VectorSpec]:
+    """Every input dtype and rank intB_group.quantize accepts, and what it refuses."""
+    specs = [
+        VectorSpec("float16 weights (widened to float32 exactly)", ("Float16Input",),
+                   Case({"w": w[:2].astype(np.float16)}, {"group": "64"})),
+        VectorSpec("one row: a 1-d weight vector", ("InputRank",), Case({"w": w[0]}, {"group": "64"})),
+        VectorSpec("a 3-d stack of weight matrices", ("InputRank",),
+                   Case({"w": w[:4].reshape(2, 2, 256)}, {"group": "128"})),
+        VectorSpec("a 3-d float16 stack", ("InputRank", "Float16Input"),
+                   Case({"w": w[:4, :64].reshape(2, 2, 64).astype(np.float16)}, {"group": "32"})),
+        VectorSpec("no rows: empty codes, scales and zero points", ("EmptyInput",),
+                   Case({"w": np.zeros((0, 128), np.float32)})),
+        VectorSpec("rows of no weights: no groups", ("EmptyInput",), Case({"w": np.zeros((2, 0), np.float32)})),
+        VectorSpec("float64 weights are rejected, not narrowed", ("InvalidInput",),
+                   Case({"w": w[:1].astype(np.float64)}), "invalid"),
+        VectorSpec("integer weights are rejected", ("InvalidInput",), Case({"w": np.ones((1, 128), np.int32)}),
+                   "invalid"),
+        VectorSpec("a 0-d weight is rejected", ("InvalidInput", "InputRank"),
+                   Case({"w": np.float32(1)}, {"group": "32"}), "invalid"),
+        VectorSpec("Inf weights are rejected", ("InvalidInput", "Infinity"),
+                   Case({"w": np.where(np.arange(128) == 3, np.float32(np.inf), w[0, :128])[None, :]}), "invalid"),
+        VectorSpec("a group whose range max - min overflows float32 is rejected", ("InvalidInput",),
+                   Case({"w": np.float32([3e38, -3e38] * 64)[None, :]}, {"scheme": "asymmetric"}), "invalid"),
+    ]
+    for group in intgroup.GROUP_SIZES:
+        for n in (group + group // 2, group // 2):
+            specs.append(VectorSpec(f"a last axis of {n} with group {group} is rejected, not padded or cut",
+                                    ("InvalidInput", "RaggedGroup"), Case({"w": w[:1, :n]}, {"group": str(group)}),
+                                    "invalid"))
+    return specs
+
+
+def _degenerate_vectors() -> list[VectorSpec]:
+    """Groups whose scale (hi - lo) / qmax or amax / (2^(b-1) - 1) underflows float32, or
+    falls below the 2^-23 floor: they take scale 2^-23 and quantize to the zero point."""
+    subnormals = np.float32([-3e-45, 1e-45, 0.0, 4e-45] * 32)
+    tiny = (np.sin(np.arange(128)) * 4e-7).astype(np.float32)  # a scale of about 5e-8 or 3e-9: below 2^-23
+    normal = np.float32(np.linspace(-0.03, 0.05, 128))
+    specs = []
+    for scheme in intgroup.SCHEMES:
+        specs.append(VectorSpec(f"{scheme}: a group of float32 subnormals (its scale underflows to 0)",
+                                ("DegenerateGroup",), Case({"w": np.stack([subnormals, normal])}, {"scheme": scheme})))
+        specs.append(VectorSpec(f"{scheme}: a group of weights near 4e-7 (scale floored at 2^-23)",
+                                ("DegenerateGroup",), Case({"w": np.stack([tiny, -tiny])}, {"scheme": scheme})))
+        specs.append(VectorSpec(f"{scheme}: float16 subnormals (widened exactly; their scale is floored too)",
+                                ("DegenerateGroup", "Float16Input"),
+                                Case({"w": np.float16([6e-8, -1.2e-7, 0.0, 1.8e-7] * 8 + [6e-8, 0.0, 3e-5, -1e-5] * 8)
+                                      [None, :]}, {"scheme": scheme, "group": "32"})))
     return specs
 
 
@@ -1157,6 +1256,36 @@ def _int_dequant_vectors(bits: int) -> list[VectorSpec]:
     specs.append(VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
                             Case({"codes": codes, "scales": np.ones((4, 3), np.float32),
                                   "zeros": np.zeros((4, 3), np.uint8)}), "invalid"))
+    sc = (rng.random((4, 2)) * 0.01).astype(np.float32)
+    z = rng.integers(0, 1 << bits, (4, 2)).astype(np.uint8)
+    specs += [
+        VectorSpec("one row: 1-d codes", ("InputRank",),
+                   Case({"codes": codes[0], "scales": sc[0], "zeros": z[0]})),
+        VectorSpec("a 3-d stack", ("InputRank",),
+                   Case({"codes": codes.reshape(2, 2, 256), "scales": sc.reshape(2, 2, 2),
+                         "zeros": z.reshape(2, 2, 2)})),
+        VectorSpec("no rows", ("EmptyInput",),
+                   Case({"codes": codes[:0], "scales": sc[:0], "zeros": z[:0]})),
+        VectorSpec("int32 codes are rejected", ("InvalidInput",),
+                   Case({"codes": codes.astype(np.int32), "scales": sc, "zeros": z}), "invalid"),
+        VectorSpec("float64 scales are rejected", ("InvalidInput",),
+                   Case({"codes": codes, "scales": sc.astype(np.float64), "zeros": z}), "invalid"),
+        VectorSpec("a last axis of 192 with group 128 is rejected, not padded or cut", ("InvalidInput", "RaggedGroup"),
+                   Case({"codes": codes[:, :192], "scales": sc, "zeros": z}), "invalid"),
+        VectorSpec("a last axis of 48 with group 32 is rejected, not padded or cut", ("InvalidInput", "RaggedGroup"),
+                   Case({"codes": codes[:, :48], "scales": sc, "zeros": z}, {"group": "32"}), "invalid"),
+    ]
+    if bits < 8:
+        for bit in (bits, 7):
+            dirty = codes.copy()
+            dirty[1, 5] |= 1 << bit
+            specs.append(VectorSpec(f"a code with bit {bit} set is rejected, not masked", ("DirtyBits", "InvalidInput"),
+                                    Case({"codes": dirty, "scales": sc, "zeros": z}), "invalid"))
+            dirty_z = z.copy()
+            dirty_z[2, 1] |= 1 << bit
+            specs.append(VectorSpec(f"a zero point with bit {bit} set is rejected, not masked",
+                                    ("DirtyBits", "InvalidInput"),
+                                    Case({"codes": codes, "scales": sc, "zeros": dirty_z}), "invalid"))
     return specs
 
 
@@ -1166,8 +1295,11 @@ def _int_examples(bits: int):
         def case(draw):
             params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
             shape = draw(block_shapes(block=int(params["group"]), max_blocks=3), label="shape")
-            w = draw(st.one_of(realistic_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32))),
-                               outlier_arrays(shape=st.just(shape), dtype=st.just(np.dtype(np.float32)))),
+            dtype = st.just(draw(st.sampled_from([np.dtype(np.float32), np.dtype(np.float16)]), label="dtype"))
+            # 1e-7 puts scales below the 2^-23 floor (degenerate groups); float16 stays finite at every scale.
+            scale = st.sampled_from([1e-7, 1e-4, 1e-2, 0.1, 1.0, 10.0])
+            w = draw(st.one_of(realistic_arrays(shape=st.just(shape), dtype=dtype, scale=scale),
+                               outlier_arrays(shape=st.just(shape), dtype=dtype)),
                      label="w")
             return Case({"w": w}, params)
 
@@ -1229,7 +1361,20 @@ def _pack32_vectors() -> list[VectorSpec]:
                        Case({"codes": rng.integers(0, 16, (4, 64)).astype(np.uint8)}, p)),
             VectorSpec(f"a code above 15 is rejected ({order})", ("DirtyBits", "InvalidInput"),
                        Case({"codes": np.array([16] + [0] * 7, np.uint8)}, p), "invalid"),
+            VectorSpec(f"a code with bit 7 set is rejected, not masked ({order})", ("DirtyBits", "InvalidInput"),
+                       Case({"codes": np.array([0] * 7 + [0x81], np.uint8)}, p), "invalid"),
+            VectorSpec(f"a 3-d stack of codes ({order})", ("InputRank", "WordOrder"),
+                       Case({"codes": rng.integers(0, 16, (2, 3, 16)).astype(np.uint8)}, p)),
+            VectorSpec(f"empty rows give empty words ({order})", ("EmptyInput",),
+                       Case({"codes": np.zeros((3, 0), np.uint8)}, p)),
+            VectorSpec(f"int32 codes are rejected ({order})", ("InvalidInput",),
+                       Case({"codes": np.arange(8, dtype=np.int32)}, p), "invalid"),
+            VectorSpec(f"a 0-d code is rejected ({order})", ("InvalidInput", "InputRank"),
+                       Case({"codes": np.array(3, np.uint8)}, p), "invalid"),
         ]
+        specs += [VectorSpec(f"a last axis of {n} is rejected, not padded to a word ({order})",
+                             ("InvalidInput", "RaggedGroup"), Case({"codes": np.ones((2, n), np.uint8)}, p), "invalid")
+                  for n in (7, 12)]
     return specs
 
 
@@ -1245,6 +1390,13 @@ def _unpack32_vectors() -> list[VectorSpec]:
                        Case({"words": rng.integers(-2**31, 2**31, (3, 8)).astype(np.int32)}, p)),
             VectorSpec(f"uint32 words are rejected ({order})", ("InvalidInput",),
                        Case({"words": np.zeros(2, np.uint32)}, p), "invalid"),
+            VectorSpec(f"a 3-d stack of words, every bit pattern valid ({order})", ("InputRank", "DirtyBits"),
+                       Case({"words": np.array([-1, -2**31, 2**31 - 1, 0x10000000, 0x7, -8, 1, 0x0F0F0F0F],
+                                               np.int32).reshape(2, 2, 2)}, p)),
+            VectorSpec(f"empty rows give empty codes ({order})", ("EmptyInput",),
+                       Case({"words": np.zeros((3, 0), np.int32)}, p)),
+            VectorSpec(f"a 0-d word is rejected ({order})", ("InvalidInput", "InputRank"),
+                       Case({"words": np.array(0x76543210, np.int32)}, p), "invalid"),
         ]
     return specs
 

@@ -7,6 +7,10 @@ other order (PTX `cvt.*.e2m1x2` writes its first operand to the high nibble).
 
 FP6 codes are stored one per byte with the top two bits zero: that is the code
 layout `encode` returns, so FP6 needs no packing function.
+
+Dirty bits: a code byte with bits above bit 3 set is not an FP4 code, so `pack_fp4`
+rejects it (ValueError) rather than masking it; a packed byte has no spare bits, so
+`unpack_fp4` accepts every byte.
 """
 
 from __future__ import annotations
@@ -14,19 +18,16 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import choice
+
 __all__ = ["NIBBLE_ORDERS", "pack_fp4", "unpack_fp4"]
 
 NIBBLE_ORDERS = ("low_first", "high_first")
 
 
-def _check_order(order: str) -> None:
-    if order not in NIBBLE_ORDERS:
-        raise ValueError(f"order: expected one of {NIBBLE_ORDERS}, got {order!r}")
-
-
 def pack_fp4(codes: ArrayLike, *, order: str = "low_first") -> NDArray[np.uint8]:
     """Pack FP4 codes [..., 2n] (uint8, values 0..15) into bytes [..., n]."""
-    _check_order(order)
+    choice(order, "order", NIBBLE_ORDERS)
     codes = np.asarray(codes)
     if codes.dtype != np.uint8:
         raise TypeError(f"codes: expected uint8 FP4 codes, got dtype {codes.dtype}")
@@ -42,7 +43,7 @@ def pack_fp4(codes: ArrayLike, *, order: str = "low_first") -> NDArray[np.uint8]
 
 def unpack_fp4(packed: ArrayLike, *, order: str = "low_first") -> NDArray[np.uint8]:
     """Unpack bytes [..., n] into FP4 codes [..., 2n] (uint8, values 0..15)."""
-    _check_order(order)
+    choice(order, "order", NIBBLE_ORDERS)
     packed = np.asarray(packed)
     if packed.dtype != np.uint8:
         raise TypeError(f"packed: expected uint8 bytes, got dtype {packed.dtype}")

@@ -9,7 +9,14 @@ import numpy as np
 
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
-from ref.formats import FORMATS, decode, encode, pack_fp4
+from ref.formats import FORMATS, decode, pack_fp4, unpack_fp4
+from ref.formats.intgroup import unpack_int32
+from ref.formats import encode as _encode
+
+
+def encode(x, fmt, *, sr_bits="32", **params):
+    """The oracle under the catalog's calling convention (variant values are strings)."""
+    return _encode(x, fmt, sr_bits=int(sr_bits), **params)
 
 
 def _impl(name, ops, variants=None):
@@ -167,7 +174,72 @@ def pack_without_size_check(codes, order="low_first"):
     return pack_fp4(codes, order=order)
 
 
+def sr_top8_encode(x, rbits=None, **params):
+    """Declares the 13-bit random number of PTX cvt.rs for f16 but reads only the top 8 bits."""
+    if rbits is not None and np.asarray(rbits).dtype == np.uint32:
+        rbits = rbits & np.uint32(0xFF000000)
+    return encode(x, "float16", rbits=rbits, **params)
+
+
+def sr_all_bits_encode(x, rbits=None, sr_bits="32", **params):
+    """Declares the 8-bit random number of E2M1 but feeds all 32 bits to the adder."""
+    return encode(x, "float4_e2m1fn", rbits=rbits, **params)
+
+
+def masking_fp4_decode(codes):
+    """Reads the low nibble of each byte, as a LUT indexed by codes & 0xF does."""
+    codes = np.asarray(codes)
+    return decode(codes & np.uint8(0xF) if codes.dtype == np.uint8 else codes, "float4_e2m1fn")
+
+
+def next_bit_fp6_decode(codes):
+    """Checks only bit 6 for dirt: bit 7 (a stray sign) is masked away."""
+    codes = np.asarray(codes)
+    if codes.dtype == np.uint8:
+        if (codes & 0x40).any():
+            raise ValueError("codes: bit 6 set")
+        codes = codes & np.uint8(0x3F)
+    return decode(codes, "float6_e3m2fn")
+
+
+def sign_checking_unpack(packed, order="low_first"):
+    """Treats a packed byte's top bit as dirt (a signed char kernel)."""
+    if (np.asarray(packed).astype(np.int64) & 0x80).any():
+        raise ValueError("packed: negative byte")
+    return unpack_fp4(packed, order=order)
+
+
+def sign_checking_unpack_int32(words, order="gptq"):
+    """Refuses negative words: the top nibble's high bit is data, not a sign."""
+    if (np.asarray(words).astype(np.int64) < 0).any():
+        raise ValueError("words: negative")
+    return unpack_int32(words, order=order)
+
+
+def rows_encode(x, **params):
+    """A kernel over [rows, cols]: its output keeps the 2-D view it computed in."""
+    x = np.asarray(x)
+    rbits = params.pop("rbits", None)
+    if x.ndim > 2:
+        x = x.reshape(-1, x.shape[-1])
+        rbits = None if rbits is None else np.asarray(rbits).reshape(x.shape)
+    return encode(x, "float8_e4m3fn", rbits=rbits, **params)
+
+
+def converting_encode(x, **params):
+    """Converts any input to float32 first, so integers and booleans encode as numbers."""
+    x = np.asarray(x)
+    return encode(x if x.dtype.kind == "f" else x.astype(np.float32), "float8_e5m2", **params)
+
+
+def reinterpreting_decode(codes):
+    """Views any one-byte codes as uint8: int8 -1 becomes code 0xFF."""
+    codes = np.asarray(codes)
+    return decode(codes.view(np.uint8) if codes.dtype == np.int8 else codes, "float8_e4m3fn")
+
+
 _E4 = "formats.float8_e4m3fn.encode"
+_SR = {"rounding": ["stochastic"]}
 
 # name -> (implementation, the flag of a vector that must catch it, or None for runner checks)
 KERNEL_BUGS = {
@@ -198,6 +270,25 @@ KERNEL_BUGS = {
         _impl("sr f64", {"formats.float8_e5m2.encode": sr_float64_narrowing_encode}), "SrBoundary"),
     "stochastic rounding reads 16 random bits, declares 32": (_impl("sr top16", {_E4: sr_top16_encode}), "SrBoundary"),
     "float rbits cast instead of rejected": (_impl("rbits cast", {_E4: rbits_casting_encode}), "InvalidInput"),
+    "stochastic rounding reads 8 random bits, declares 13": (
+        _impl("sr top8 as 13", {"formats.float16.encode": sr_top8_encode},
+              {"formats.float16.encode": {**_SR, "sr_bits": ["13"]}}), "SrBoundary"),
+    "stochastic rounding reads 32 random bits, declares 8": (
+        _impl("sr all bits as 8", {"formats.float4_e2m1fn.encode": sr_all_bits_encode},
+              {"formats.float4_e2m1fn.encode": {**_SR, "sr_bits": ["8"]}}), "SrBoundary"),
+    "FP4 decoder masks bits above the code": (
+        _impl("mask", {"formats.float4_e2m1fn.decode": masking_fp4_decode}), "DirtyBits"),
+    "FP6 decoder checks only the next bit": (
+        _impl("bit 6", {"formats.float6_e3m2fn.decode": next_bit_fp6_decode}), "DirtyBits"),
+    "FP4 unpack refuses bytes with the top bit set": (
+        _impl("signed unpack", {"formats.float4_e2m1fn.unpack": sign_checking_unpack}), "DirtyBits"),
+    "int32 unpack refuses negative words": (
+        _impl("signed words", {"formats.int4.unpack_int32": sign_checking_unpack_int32}), "DirtyBits"),
+    "3-d input comes back as a matrix": (_impl("rows", {_E4: rows_encode}), "InputRank"),
+    "integer input converted instead of rejected": (
+        _impl("converting", {"formats.float8_e5m2.encode": converting_encode}), "InvalidInput"),
+    "int8 codes reinterpreted as uint8": (
+        _impl("int8 view", {"formats.float8_e4m3fn.decode": reinterpreting_decode}), "InvalidInput"),
 }
 
 # Their correct counterparts pass: a 16-bit random number declared as such.

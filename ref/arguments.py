@@ -1,0 +1,39 @@
+"""Checks of the oracles' option arguments: one place, one message shape.
+
+Every public oracle validates its options here, so a wrong type or value is a
+TypeError or ValueError that names the argument and says what was expected, and
+nothing falls back silently: the string "false" is not a boolean, "3" and 3.0 are
+not integers, and True is not the integer 1.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+__all__ = ["choice", "integer"]
+
+
+def integer(value, name: str, *, minimum: int | None = None, maximum: int | None = None,
+            choices: Sequence[int] | None = None) -> int:
+    """`value` as a Python int: an int or NumPy integer (not bool), within
+    [minimum, maximum] and one of `choices` when given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if choices is not None and value not in choices:
+        raise ValueError(f"{name}: expected one of {tuple(choices)}, got {value}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = " and ".join(b for b in (minimum is not None and f">= {minimum}",
+                                          maximum is not None and f"<= {maximum}") if b)
+        raise ValueError(f"{name}: expected an integer {bounds}, got {value}")
+    return value
+
+
+def choice(value, name: str, options: Sequence[str]) -> str:
+    """`value` if it is one of the strings `options`."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected one of {tuple(options)}, got {type(value).__name__} {value!r}")
+    if value not in options:
+        raise ValueError(f"{name}: expected one of {tuple(options)}, got {value!r}")
+    return value
