@@ -125,7 +125,7 @@ def nvfp4_composed(bugs=(), name=None, variants=None):
                            rht=rht == "true")
 
     ops = {"formats.nvfp4.quantize": quantize}
-    declared = {"formats.nvfp4.quantize": {"recipe": ["transformer_engine", "vllm", "torchao"],
+    declared = {"formats.nvfp4.quantize": {"recipe": ["transformer_engine", "vllm", "torchao_0_13", "torchao_0_17"],
                                            "tile_2d": ["false", "true"], "rht": ["false", "true"]}} \
         if variants is None else variants
     return Implementation(name or f"nvfp4 composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
@@ -142,9 +142,10 @@ NVFP4_BUGS = {
     "TE block scale with amax * g / 6 instead of amax * (g * (1/6))": (("no_recip_six",),
                                                                         _one_recipe("transformer_engine"),
                                                                         "RecipeOrder"),
-    "torchao multiplies by the reciprocal instead of dividing": (("reciprocal",), _one_recipe("torchao"),
-                                                                  "TiesToEven"),
-    "torchao without the 2^-6 block-scale floor": (("no_clamp",), _one_recipe("torchao"), "ScaleClamp"),
+    "torchao 0.13 multiplies by the reciprocal instead of dividing": (("reciprocal",), _one_recipe("torchao_0_13"),
+                                                                       "RecipeOrder"),
+    "torchao 0.17 claimed, 0.13's division computed": (("old_order",), _one_recipe("torchao_0_17"), "RecipeOrder"),
+    "torchao without the 2^-6 block-scale floor": (("no_clamp",), _one_recipe("torchao_0_17"), "ScaleClamp"),
     "TransformerEngine with torchao's 2^-6 floor": (("clamp_2m6",), _one_recipe("transformer_engine"),
                                                     "ScaleClamp"),
     "Hadamard transform without TransformerEngine's signs": (

@@ -42,7 +42,7 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
         t = b.reshape(*b.shape[:-2], -1, 16, b.shape[-1]).max(-2)
         b = np.repeat(t, 16, axis=-2)
     with np.errstate(all="ignore"):
-        if recipe == "torchao":
+        if recipe.startswith("torchao"):
             p = amax / F(2688)
             g = p if (p > 0 and np.isfinite(p)) else F(1)
             s = (b / F(6)) / g
@@ -50,7 +50,12 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
             sb = _e4m3(s)
             d = (g * sb.astype(F))[..., None]
             blocks = x.reshape(*b.shape, 16)
-            q = blocks * (F(1) / d) if "reciprocal" in bugs else blocks / d
+            if recipe == "torchao_0_13":
+                q = blocks * (F(1) / d) if "reciprocal" in bugs else blocks / d
+            elif "old_order" in bugs:
+                q = blocks / d
+            else:
+                q = blocks * ((F(1) / g) / sb.astype(F))[..., None]
         else:
             g = F(2688) / amax
             g = min(g, np.finfo(F).max)
