@@ -200,14 +200,17 @@ def test_composition_passes_the_suite():
     report = run(composed_impl(), ops=["formats.nvfp4.quantize"], examples=10, shrink=False)
     assert report.ok and report.ops[0].verdict == "pass", report.details()
     assert report.ops[0].vectors_run >= 20
+    report = run(composed_impl(), ops=["formats.nvfp4.dequantize"], examples=0)
+    assert report.ok and report.ops[0].verdict == "pass", report.details()
+    assert report.ops[0].vectors_run >= 25
 
 
 @pytest.mark.parametrize("name", list(NVFP4_BUGS))
 def test_nvfp4_bug_is_rejected_by_a_flagged_vector(name):
     flag = NVFP4_BUGS[name][2]
-    report = run(nvfp4_bug(name), ops=["formats.nvfp4.quantize"], examples=0)
-    failures = report.ops[0].failures
-    assert report.ops[0].verdict == "fail" and any(flag in f.flags for f in failures), [f.flags for f in failures]
+    report = run(nvfp4_bug(name), ops=["formats.nvfp4.*"], examples=0)
+    failures = [f for r in report.ops for f in r.failures]
+    assert not report.ok and any(flag in f.flags for f in failures), [f.flags for f in failures]
 
 
 def test_hadamard_is_orthogonal_and_matches_kronecker_construction():
