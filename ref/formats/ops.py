@@ -1065,16 +1065,18 @@ def _compare_at_output_precision(expected, actual) -> Comparison:
 
 
 def _nvfp4_dequant_vectors() -> list[VectorSpec]:
+    orders_all = tuple(o.value for o in nvfp4.DequantOrder)
     rng = np.random.default_rng(seed_for("formats.nvfp4.dequantize"))
     codes = rng.integers(0, 16, (4, 32)).astype(np.uint8)
     scales = np.array([[0x00, 0x01], [0x38, 0x7E], [0x7F, 0xFE], [0x08, 0x40]], dtype=np.uint8)
     specs = []
     for r in nvfp4.Recipe:
-        for gs in (1.0, 0.0123, 2688 / 3.0):
-            specs.append(VectorSpec(f"{r.value}: random codes, extreme and NaN scales, global {gs:g}",
-                                    ("Random", "NanBlock"),
-                                    Case({"codes": codes, "scales": scales,
-                                          "global_scale": np.float32(gs)}, {"recipe": r.value})))
+        for gs, orders in ((1.0, ("exact",)), (0.0123, orders_all), (2688 / 3.0, orders_all)):
+            for order in orders:
+                specs.append(VectorSpec(f"{r.value}: random codes, extreme and NaN scales, global {gs:g} ({order})",
+                                        ("Random", "NanBlock"),
+                                        Case({"codes": codes, "scales": scales, "global_scale": np.float32(gs)},
+                                             {"recipe": r.value, "order": order})))
     every = np.tile(np.arange(16, dtype=np.uint8), (8, 2))  # [8, 32]: every code under 16 scales
     many = rng.integers(1, 0x7F, (8, 2)).astype(np.uint8)
     for r in nvfp4.Recipe:
