@@ -60,7 +60,7 @@ class ScaleRule(enum.Enum):
 
 
 class ScaleOverflow(enum.Enum):
-    NAN = "nan"  # Inf in the block, or X > 127: scale 0xFF (microxcaling, torchao)
+    NAN = "nan"  # Inf in the block, or X > 127: scale 0xFF (microxcaling)
     SATFINITE = "satfinite"  # ... scale 0xFE (TransformerEngine, PTX .satfinite)
 
 
