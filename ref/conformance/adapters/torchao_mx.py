@@ -48,7 +48,7 @@ def _codes(data_lp: torch.Tensor, elem: str) -> np.ndarray:
 
 
 def _quantizer(elem: str, elem_dtype):
-    def quantize(x, *, scale_rule, scale_overflow, **variant):
+    def quantize(x, *, scale_rule, scale_overflow):
         if x.dtype != np.float32:
             raise TypeError(f"x: expected float32, got {x.dtype}")
         if x.ndim < 1 or x.shape[-1] % BLOCK:
