@@ -12,8 +12,8 @@ def test_fake_quantize_is_dequantize_of_quantize():
     x = rng.standard_normal((16, 64)).astype(np.float32)
     assert np.array_equal(fake_quantize(x, "mx", elem="float4_e2m1fn"),
                           mx.dequantize(*mx.quantize(x, "float4_e2m1fn"), "float4_e2m1fn"))
-    assert np.array_equal(fake_quantize(x, "nvfp4", recipe="torchao"),
-                          nvfp4.dequantize(*nvfp4.quantize(x, recipe="torchao"), recipe="torchao"))
+    assert np.array_equal(fake_quantize(x, "nvfp4", recipe="torchao_0_17"),
+                          nvfp4.dequantize(*nvfp4.quantize(x, recipe="torchao_0_17"), recipe="torchao_0_17"))
     y = fake_quantize(x, "element", fmt="bfloat16")
     assert np.abs(y - x).max() <= np.abs(x).max() * 2.0**-8
 

@@ -104,6 +104,15 @@ def test_blocks_along_another_axis():
     (lambda: mx.scale_exponents(np.ones(2), "int8"), TypeError, "amax"),
     (lambda: mx.scale_exponents(np.ones(2, np.float32), "int8", scale_overflow="clamp"), ValueError,
      "scale_overflow"),
+    (lambda: mx.scale_exponents(np.float32([1.0, -2.0]), "int8"), ValueError, "amax"),
+    (lambda: mx.quantize(np.ones(32, np.float32), "int8", block=True), TypeError, "block"),
+    (lambda: mx.quantize(np.ones(32, np.float32), "int8", block=32.0), TypeError, "block"),
+    (lambda: mx.quantize(np.ones(32, np.float32), "int8", axis="0"), TypeError, "axis"),
+    (lambda: mx.quantize(np.ones(32, np.float32), "int8", axis=1), ValueError, "axis"),
+    (lambda: mx.dequantize(np.zeros(32, np.uint8), np.zeros(1, np.uint8), "int8", axis=-2), ValueError, "axis"),
+    (lambda: mx.dequantize(np.full(32, 0x10, np.uint8), np.zeros(1, np.uint8), "float4_e2m1fn"), ValueError,
+     "codes"),
+    (lambda: mx.quantize(np.ones(32, np.float32), "int8", scale_rule=None), ValueError, "rule"),
 ])
 def test_errors(call, error, word):
     with pytest.raises(error, match=word):
@@ -114,6 +123,15 @@ def test_composition_passes_the_suite():
     report = run(composed_impl(), examples=10, shrink=False)
     covered = [r for r in report.ops if r.verdict != "not covered"]
     assert len(covered) == 12 and report.ok, report.details()
+
+
+def test_a_float32_dequantizer_passes_at_its_output_precision():
+    """2^127 * 6 overflows float32 and e * 2^-127 is a float32 subnormal: a float32
+    kernel rounds each exact product once, and that is what it is judged against."""
+    report = run(composed_impl(("float32",), elems=("float8_e4m3fn", "int8")),
+                 ops=["formats.mx*.dequantize"], examples=20, shrink=False)
+    rows = [r for r in report.ops if r.verdict != "not covered"]
+    assert len(rows) == 2 and report.ok, report.details()
 
 
 @pytest.mark.parametrize("name", list(MX_BUGS))

@@ -3,6 +3,7 @@ shown to disagree where their float32 orders meet a tie, and their bugs rejected
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from corpus import nvfp4_composed
@@ -10,9 +11,11 @@ from corpus.formats_impls import NVFP4_BUGS, nvfp4_bug, nvfp4_composed as compos
 
 from ref.conformance.runner import run
 from ref.formats import decode, nvfp4
-from ref.formats.ops import _recipe_ties
+from ref.formats.ops import _nvfp4_oracle, _recipe_ties, _torchao_order_ties
 
 RECIPES = [r.value for r in nvfp4.Recipe]
+ONES = np.ones((1, 16), np.float32)
+CODES, SCALES = np.zeros((1, 16), np.uint8), np.zeros((1, 1), np.uint8)
 
 
 def _inputs(rng):
@@ -36,8 +39,8 @@ def test_matches_the_independent_composition(recipe, tile_2d):
             assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("a, b", [("transformer_engine", "vllm"), ("transformer_engine", "torchao"),
-                                  ("vllm", "torchao")])
+@pytest.mark.parametrize("a, b", [("transformer_engine", "vllm"), ("transformer_engine", "torchao_0_17"),
+                                  ("vllm", "torchao_0_13")])
 def test_recipes_disagree_on_ties_and_each_is_reproduced(a, b):
     bam = _recipe_ties(a, b, 100.0)
     assert bam.size >= 8
@@ -57,15 +60,16 @@ def test_dequantize_round_trip_error():
         codes, scales, g = nvfp4.quantize(x, recipe=recipe)
         y = nvfp4.dequantize(codes, scales, g, recipe=recipe)
         block_scale = decode(scales, "float8_e4m3fn").astype(np.float64)
-        step = np.repeat(block_scale, 16, axis=-1) * (1 / float(g) if recipe != "torchao" else float(g))
+        step = np.repeat(block_scale, 16, axis=-1) * (1 / float(g) if not recipe.startswith("torchao") else float(g))
         assert (np.abs(y - x) <= 1.0 * step + 1e-12).all()  # half an E2M1 ulp at most (ulp <= 2)
 
 
 def test_edge_cases():
     z = nvfp4.quantize(np.zeros((1, 16), np.float32))
     assert z[0].tolist() == [[0] * 16] and z[1].tolist() == [[0]] and float(z[2]) == 1.0
-    t = nvfp4.quantize(np.zeros((1, 16), np.float32), recipe="torchao")
-    assert t[1].tolist() == [[0x08]]  # the 2^-6 floor on the block scale
+    for recipe in ("torchao_0_13", "torchao_0_17"):
+        t = nvfp4.quantize(np.zeros((1, 16), np.float32), recipe=recipe)
+        assert t[1].tolist() == [[0x08]]  # the 2^-6 floor on the block scale
     x = np.ones((2, 16), np.float32)
     x[0, 2] = np.nan
     codes, scales, _ = nvfp4.quantize(x)
@@ -81,24 +85,132 @@ def test_edge_cases():
     (lambda: nvfp4.dequantize(np.zeros((1, 16), np.uint8), np.zeros((1, 2), np.uint8), 1.0), ValueError, "scales"),
     (lambda: nvfp4.random_hadamard(np.ones((1, 20), np.float32)), ValueError, "multiple of 16"),
     (lambda: nvfp4.random_hadamard(np.ones((1, 16), np.float32), signs=np.full(16, 2.0)), ValueError, "signs"),
+    (lambda: nvfp4.quantize(ONES, tile_2d="false"), TypeError, "tile_2d"),
+    (lambda: nvfp4.quantize(ONES, rht="false"), TypeError, "rht"),
+    (lambda: nvfp4.quantize(ONES, tile_2d=1), TypeError, "tile_2d"),
+    (lambda: nvfp4.quantize(ONES, global_amax="3"), TypeError, "global_amax"),
+    (lambda: nvfp4.quantize(ONES, global_amax=True), TypeError, "global_amax"),
+    (lambda: nvfp4.quantize(ONES, global_amax=np.nan), ValueError, "global_amax"),
+    (lambda: nvfp4.quantize(ONES, global_amax=-1.0), ValueError, "global_amax"),
+    (lambda: nvfp4.quantize(ONES, global_amax=np.inf), ValueError, "global_amax"),
+    (lambda: nvfp4.quantize(ONES, global_amax=0), ValueError, "global_amax"),
+    (lambda: nvfp4.quantize(ONES, global_amax=1e-50), ValueError, "global_amax"),  # 0 in float32
+    (lambda: nvfp4.quantize(ONES, rbits=np.zeros((1, 16), np.uint32)), ValueError, "rbits"),
+    (lambda: nvfp4.quantize(ONES, rounding="stochastic"), ValueError, "rbits"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, 0.0), ValueError, "global_scale"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, -2.0), ValueError, "global_scale"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, np.float32(np.inf)), ValueError, "global_scale"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, np.nan), ValueError, "global_scale"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, "1"), TypeError, "global_scale"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, 1e-45), ValueError, "global_scale"),  # 1/g overflows
+    (lambda: nvfp4.dequantize(CODES, SCALES, 1.0, order="float32"), ValueError, "order"),
+    (lambda: nvfp4.dequantize(CODES, SCALES, 1.0, recipe="torchao"), ValueError, "recipe"),
+    (lambda: nvfp4.dequantize(CODES | 0x10, SCALES, 1.0), ValueError, "codes"),
 ])
 def test_errors(call, error, word):
     with pytest.raises(error, match=word):
         call()
 
 
+def test_the_torchao_orders_differ_on_their_vector_rows_and_are_reproduced():
+    rows = _torchao_order_ties(np.float32(100.0), np.random.default_rng(3))
+    assert rows.shape[0] >= 8
+    old, new = (nvfp4.quantize(rows, recipe=r) for r in ("torchao_0_13", "torchao_0_17"))
+    assert np.array_equal(old[1], new[1]) and old[2] == new[2]  # same scales and p
+    assert (old[0][1:] != new[0][1:]).any(axis=-1).all()  # every searched row has a code that differs
+    for recipe, q in (("torchao_0_13", old), ("torchao_0_17", new)):
+        c = nvfp4_composed.quantize(rows, recipe=recipe)
+        assert all(np.array_equal(np.asarray(u), np.asarray(v)) for u, v in zip(q, c))
+
+
+def test_torchao_017_multiplies_by_the_reciprocal_of_the_combined_scale():
+    """x * f32(f32(1/p) / sb), spelled out with ml_dtypes casts on one block."""
+    x = np.float32([[100.0] + [0.0] * 15, [37.0, 1.3, -2.2, 30.1] + [0.4] * 12])
+    codes, scales, p = nvfp4.quantize(x, recipe="torchao_0_17")
+    assert p == np.float32(100.0) / np.float32(2688)
+    sb = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    r = (np.float32(1) / p) / sb
+    want = np.clip(x * r, -6, 6).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+    assert np.array_equal(codes, want)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
+def test_a_nonfinite_tensor_amax_takes_unit_global_scale(recipe, poison):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((3, 32)) * 100).astype(np.float32)
+    x[1, 20] = poison
+    codes, scales, g = nvfp4.quantize(x, recipe=recipe)
+    assert g == 1.0
+    unit = nvfp4.quantize(x, recipe=recipe, global_amax=2688.0)  # g = 2688 / 2688, p = 2688 / 2688
+    assert unit[2] == 1.0 and np.array_equal(scales, unit[1])
+    finite = np.isfinite(x).all(axis=-1)
+    assert np.array_equal(codes[finite], unit[0][finite])
+    if np.isnan(poison):
+        assert scales[1, 1] == 0x7F
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_dequantize_orders(recipe):
+    """exact: float64 e * sb * d; scale_first: f32(e * f32(d * sb)) (torchao), which
+    differs from the exact product rounded once where e is 1.5, 3 or 6."""
+    codes = np.tile(np.arange(16, dtype=np.uint8), (4, 1))
+    scales = np.uint8([[0x31], [0x45], [0x5B], [0x2D]])
+    g = np.float32(13.7)
+    d = g if recipe.startswith("torchao") else np.float32(1) / g
+    e = codes.view(ml_dtypes.float4_e2m1fn).astype(np.float32)
+    sb = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    exact = nvfp4.dequantize(codes, scales, g, recipe=recipe)
+    assert exact.dtype == np.float64
+    assert np.array_equal(exact, e.astype(np.float64) * sb.astype(np.float64) * np.float64(d))
+    first = nvfp4.dequantize(codes, scales, g, recipe=recipe, order="scale_first")
+    assert first.dtype == np.float32 and np.array_equal(first, e * (d * sb))
+    assert (first != exact.astype(np.float32)).any()
+
+
+def test_dequantize_is_judged_at_the_output_precision():
+    from ref.formats.ops import _compare_at_output_precision
+
+    rng = np.random.default_rng(8)
+    codes = rng.integers(0, 16, (4, 32)).astype(np.uint8)
+    scales = rng.integers(1, 0x7F, (4, 2)).astype(np.uint8)
+    exact = nvfp4.dequantize(codes, scales, np.float32(13.7))
+    assert _compare_at_output_precision(exact, exact).ok
+    assert _compare_at_output_precision(exact, exact.astype(np.float32)).ok  # rounded once
+    twice = nvfp4.dequantize(codes, scales, np.float32(13.7), order="scale_first")
+    assert not _compare_at_output_precision(exact, twice).ok  # rounded twice
+    assert _compare_at_output_precision(exact, exact.astype(np.float16)).ok
+    off = exact.astype(np.float32)
+    off.flat[5] = np.nextafter(off.flat[5], np.float32(np.inf))
+    assert not _compare_at_output_precision(exact, off).ok
+
+
+def test_catalog_variant_strings_map_to_booleans():
+    x = np.random.default_rng(2).standard_normal((16, 32)).astype(np.float32)
+    for text, flag in (("false", False), ("true", True)):
+        ours = _nvfp4_oracle(x, tile_2d=text, rht=text)
+        direct = nvfp4.quantize(x, tile_2d=flag, rht=flag)
+        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(ours, direct))
+    for name in ("tile_2d", "rht"):
+        with pytest.raises(ValueError, match=name):
+            _nvfp4_oracle(x, **{name: "False"})
+
+
 def test_composition_passes_the_suite():
     report = run(composed_impl(), ops=["formats.nvfp4.quantize"], examples=10, shrink=False)
     assert report.ok and report.ops[0].verdict == "pass", report.details()
     assert report.ops[0].vectors_run >= 20
+    report = run(composed_impl(), ops=["formats.nvfp4.dequantize"], examples=0)
+    assert report.ok and report.ops[0].verdict == "pass", report.details()
+    assert report.ops[0].vectors_run >= 25
 
 
 @pytest.mark.parametrize("name", list(NVFP4_BUGS))
 def test_nvfp4_bug_is_rejected_by_a_flagged_vector(name):
     flag = NVFP4_BUGS[name][2]
-    report = run(nvfp4_bug(name), ops=["formats.nvfp4.quantize"], examples=0)
-    failures = report.ops[0].failures
-    assert report.ops[0].verdict == "fail" and any(flag in f.flags for f in failures), [f.flags for f in failures]
+    report = run(nvfp4_bug(name), ops=["formats.nvfp4.*"], examples=0)
+    failures = [f for r in report.ops for f in r.failures]
+    assert not report.ok and any(flag in f.flags for f in failures), [f.flags for f in failures]
 
 
 def test_hadamard_is_orthogonal_and_matches_kronecker_construction():

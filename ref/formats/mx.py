@@ -18,10 +18,12 @@ largest exponent (8, 15, 2, 4, 2, 0):
   rceil  X = log2 of fp32(amax * fp32(1/max)) rounded up to a power of two
                                                 (NVIDIA: cvt.rp.satfinite.ue8m0x2.f32)
 
-X is clamped below at -127. A block holding NaN gets the NaN scale (0xFF); a block
-holding Inf, or whose X would pass 127, gets 0xFF too, or 0xFE under
-`scale_overflow="satfinite"`. Element codes of a NaN-scale block are written as 0
-and are not part of the contract (engines write anything there).
+X is clamped below at -127; the elements of a block at 2^-127 are divided by exactly
+2^-127. A block holding NaN gets the NaN scale (0xFF); a block holding Inf, or whose X
+would pass 127, gets 0xFF too, or 0xFE under `scale_overflow="satfinite"` (then Inf
+saturates to the element max). Element codes of a NaN-scale block are written as 0
+and are not part of the contract (engines write anything there). Dequantization is
+exact: float64, or a narrower float output that is the exact value rounded once.
 
 References: OCP Microscaling Formats (MX) v1.0, 2023; Rouhani et al.,
 "Microscaling Data Formats for Deep Learning", arXiv:2310.10537.
@@ -58,7 +60,7 @@ class ScaleRule(enum.Enum):
 
 
 class ScaleOverflow(enum.Enum):
-    NAN = "nan"  # Inf in the block, or X > 127: scale 0xFF (microxcaling, torchao)
+    NAN = "nan"  # Inf in the block, or X > 127: scale 0xFF (microxcaling)
     SATFINITE = "satfinite"  # ... scale 0xFE (TransformerEngine, PTX .satfinite)
 
 
@@ -93,6 +95,8 @@ def scale_exponents(amax: ArrayLike, elem: str, *, rule: ScaleRule | str = Scale
     amax = np.asarray(amax)
     if amax.dtype != np.float32:
         raise TypeError(f"amax: expected float32, got {amax.dtype}")
+    if (amax < 0).any():
+        raise ValueError("amax: block maxima are magnitudes, >= 0 (or NaN/Inf); got a negative value")
     finite = np.isfinite(amax) & (amax > 0)
     safe = np.where(finite, amax, np.float32(1))
     if rule is ScaleRule.RCEIL:
@@ -118,10 +122,20 @@ def scale_exponents(amax: ArrayLike, elem: str, *, rule: ScaleRule | str = Scale
     return np.where(np.isnan(amax), 0xFF, codes).astype(np.uint8)
 
 
+def _integer(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _blocks(a: NDArray, block: int, axis: int, name: str) -> NDArray:
     """[..., n, ...] -> [..., n / block, block] with the blocked axis last."""
-    if not isinstance(block, (int, np.integer)) or block < 1:
+    if not _integer(block):
+        raise TypeError(f"block: expected an integer block size, got {block!r}")
+    if block < 1:
         raise ValueError(f"block: expected a positive block size, got {block!r}")
+    if not _integer(axis):
+        raise TypeError(f"axis: expected an integer, got {axis!r}")
+    if not -a.ndim <= axis < a.ndim:
+        raise ValueError(f"axis: {axis} is out of range for {name} of shape {a.shape}")
     moved = np.moveaxis(a, axis, -1)
     if moved.shape[-1] % block:
         raise ValueError(f"{name}: axis {axis} has length {moved.shape[-1]}, not a multiple of block={block}")

@@ -14,15 +14,26 @@ below is one IEEE float32 operation, rounded to nearest even):
                       sb  = e4m3(f32(g * f32(bamax * f32(1/6))))
                       r   = 0 if sb == 0 else f32(1 / f32(sb * f32(1/g)))
                       q   = f32(x * r)
-  torchao             p   = f32(amax / 2688)
+  torchao_0_13        p   = f32(amax / 2688)                 (torchao 0.13 to 0.16)
                       sb  = e4m3(clamp(f32(f32(bamax / 6) / p), 2^-6, 448))
                       q   = f32(x / f32(p * sb))
+  torchao_0_17        p   = f32(amax / 2688)                 (torchao 0.17 on)
+                      sb  = e4m3(clamp(f32(f32(bamax / 6) / p), 2^-6, 448))
+                      r   = f32(f32(1 / p) / sb)
+                      q   = f32(x * r)
 
 and codes = e2m1(clamp(q, -6, 6)), round to nearest even (or stochastic, with the
 random bits as input). The global scale returned is the recipe's own: TE's and
 vLLM's encode scale g (dequantize multiplies by f32(1/g)), torchao's decode scale p.
-An all-zero tensor (amax 0) takes TE's rule, g = 1 (p = 1 for torchao): the vLLM and
-torchao code divide by zero there.
+torchao without a per-tensor scale is either torchao recipe with p = 1 (a tensor whose
+amax is 2688): it divides by sb up to 0.17 and multiplies by f32(1 / sb) from 0.18.
+A tensor whose amax is 0, NaN or Inf takes g = 1 (p = 1) in every recipe, TE's rule
+for 0 extended: the vLLM and torchao code divide by zero there, or spread the NaN to
+every block.
+
+Dequantization is e * sb * d with d the decode scale (f32(1/g), or p), exact in
+float64 (`order="exact"`; a float32 result of it is that value rounded once), or in
+torchao's float32 order (`order="scale_first"`): f32(e * f32(d * sb)), rounded twice.
 
 2D scaling (TE's weights): one block amax per 16x16 tile of the last two axes, its
 scale repeated on each of the tile's 16 rows.
@@ -47,7 +58,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.formats.minifloat import _enum, decode, encode
 
-__all__ = ["BLOCK", "RHT_SIGNS", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
+__all__ = ["BLOCK", "RHT_SIGNS", "DequantOrder", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
 
 BLOCK = 16
 F32 = np.float32
@@ -83,7 +94,16 @@ def random_hadamard(x: ArrayLike, *, signs: ArrayLike = RHT_SIGNS) -> NDArray[np
 class Recipe(enum.Enum):
     TRANSFORMER_ENGINE = "transformer_engine"
     VLLM = "vllm"
-    TORCHAO = "torchao"
+    TORCHAO_0_13 = "torchao_0_13"
+    TORCHAO_0_17 = "torchao_0_17"
+
+
+_TORCHAO = (Recipe.TORCHAO_0_13, Recipe.TORCHAO_0_17)
+
+
+class DequantOrder(enum.Enum):
+    EXACT = "exact"  # e * sb * d, float64
+    SCALE_FIRST = "scale_first"  # f32(e * f32(d * sb)): torchao's NVFP4Tensor.dequantize
 
 
 def _e4m3(v: NDArray[np.float32]) -> NDArray[np.uint8]:
@@ -92,13 +112,15 @@ def _e4m3(v: NDArray[np.float32]) -> NDArray[np.uint8]:
 
 
 def _global(amax: np.float32, recipe: Recipe) -> np.float32:
-    """The recipe's per-tensor scale (TE/vLLM: encode scale g; torchao: decode scale p)."""
-    with np.errstate(divide="ignore", over="ignore"):
-        if recipe is Recipe.TORCHAO:
-            p = amax / F32(448 * 6)
-            return p if p > 0 and np.isfinite(p) else F32(1)
-        g = np.minimum(F32(448 * 6) / amax, FLT_MAX)
-    return g if amax > 0 and g > 0 and np.isfinite(amax) else F32(1)
+    """The recipe's per-tensor scale (TE/vLLM: encode scale g; torchao: decode scale p);
+    1 when amax is 0, NaN or Inf, or the scale is not a positive finite float32."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if recipe in _TORCHAO:
+            scale = amax / F32(448 * 6)
+        else:
+            scale = np.minimum(F32(448 * 6) / amax, FLT_MAX)
+    usable = np.isfinite(amax) and amax > 0 and np.isfinite(scale) and scale > 0
+    return F32(scale) if usable else F32(1)
 
 
 def _block_amax(x: NDArray[np.float32], tile_2d: bool) -> NDArray[np.float32]:
@@ -113,7 +135,8 @@ def _block_amax(x: NDArray[np.float32], tile_2d: bool) -> NDArray[np.float32]:
 
 
 def _scales_and_multipliers(bamax, g, recipe: Recipe):
-    """E4M3 block scale codes and the float32 factor (or divisor) for the elements."""
+    """E4M3 block scale codes and the float32 factor (or, for torchao_0_13, divisor)
+    for the elements, line by line as in the module docstring."""
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         if recipe is Recipe.TRANSFORMER_ENGINE:
             sb = _e4m3(bamax * (g * F32(1 / 6)))
@@ -123,10 +146,29 @@ def _scales_and_multipliers(bamax, g, recipe: Recipe):
             denom = decode(sb, "float8_e4m3fn") * (F32(1) / g)
             r = np.where(denom == 0, F32(0), F32(1) / denom)
         else:
-            s = np.clip((bamax / F32(6)) / g, F32(2.0**-6), E4M3_MAX)
-            sb = _e4m3(s)
-            r = g * decode(sb, "float8_e4m3fn")  # a divisor
+            sb = _e4m3(np.clip((bamax / F32(6)) / g, F32(2.0**-6), E4M3_MAX))
+            if recipe is Recipe.TORCHAO_0_13:
+                r = g * decode(sb, "float8_e4m3fn")  # a divisor
+            else:
+                r = (F32(1) / g) / decode(sb, "float8_e4m3fn")
     return sb, r.astype(np.float32)
+
+
+def _flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
+
+
+def _positive_float32(value, name: str) -> np.float32:
+    """A positive finite number, as the float32 the recipes compute with."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    with np.errstate(over="ignore", under="ignore"):
+        v = F32(value)
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{name}: expected a positive finite float32, got {value!r}")
+    return v
 
 
 def quantize(
@@ -143,12 +185,15 @@ def quantize(
 
     Returns (codes [..., R, n] uint8 E2M1 codes, one per byte; scales [..., R, n/16]
     uint8 E4M3FN codes; global scale float32, the recipe's own). n must be a multiple
-    of 16 (and R of 16 with `tile_2d`). `global_amax` defaults to max |x| (after the
-    random Hadamard transform when `rht`).
+    of 16 (and R of 16 with `tile_2d`). `global_amax` (a positive finite number)
+    defaults to max |x| (after the random Hadamard transform when `rht`).
     `rounding="stochastic"` takes `rbits` (uint32 per element; the top 8 bits are
     used, the width of PTX cvt.rs.e2m1x4's random numbers).
     """
     recipe = _enum(recipe, Recipe, "recipe")
+    tile_2d, rht = _flag(tile_2d, "tile_2d"), _flag(rht, "rht")
+    if global_amax is not None:
+        global_amax = _positive_float32(global_amax, "global_amax")
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.dtype.itemsize > 4:
         raise TypeError(f"x: expected float32 or a narrower float, got {x.dtype}")
@@ -161,12 +206,13 @@ def quantize(
         raise ValueError(f"rounding: expected 'nearest_even' or 'stochastic', got {rounding!r}")
     if rht:
         x = random_hadamard(x)
-    amax = F32(np.max(np.abs(x))) if global_amax is None and x.size else F32(global_amax or 0)
-    g = _global(amax, recipe)
+    if global_amax is None:
+        global_amax = F32(np.max(np.abs(x))) if x.size else F32(0)
+    g = _global(global_amax, recipe)
     sb, r = _scales_and_multipliers(_block_amax(x, tile_2d), g, recipe)
     blocks = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
     with np.errstate(over="ignore", invalid="ignore"):
-        q = blocks / r[..., None] if recipe is Recipe.TORCHAO else blocks * r[..., None]
+        q = blocks / r[..., None] if recipe is Recipe.TORCHAO_0_13 else blocks * r[..., None]
     q = np.clip(q, -E2M1_MAX, E2M1_MAX).reshape(x.shape)
     codes = encode(q, "float4_e2m1fn", rounding=rounding, overflow="saturate", rbits=rbits,
                    sr_bits=8 if rounding == "stochastic" else 32)
@@ -174,11 +220,16 @@ def quantize(
 
 
 def dequantize(codes: ArrayLike, scales: ArrayLike, global_scale: float | np.floating, *,
-               recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE) -> NDArray[np.float64]:
-    """element * block scale * global decode scale, as float64 (exact).
+               recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE,
+               order: DequantOrder | str = DequantOrder.EXACT) -> NDArray[np.floating]:
+    """element * block scale * global decode scale: float64, exact (`order="exact"`),
+    or float32 in torchao's order f32(e * f32(d * sb)) (`order="scale_first"`).
 
-    The decode scale is f32(1/g) for TE and vLLM, p itself for torchao."""
+    The decode scale d is f32(1/g) for TE and vLLM, p itself for torchao; a NaN
+    block scale (0x7F, 0xFF) makes its block NaN."""
     recipe = _enum(recipe, Recipe, "recipe")
+    order = _enum(order, DequantOrder, "order")
+    g = _positive_float32(global_scale, "global_scale")
     codes, scales = np.asarray(codes), np.asarray(scales)
     for name, a in (("codes", codes), ("scales", scales)):
         if a.dtype != np.uint8:
@@ -186,8 +237,14 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, global_scale: float | np.flo
     if codes.ndim < 1 or codes.shape[-1] % BLOCK or scales.shape != (*codes.shape[:-1], codes.shape[-1] // BLOCK):
         raise ValueError(f"scales: expected shape {(*codes.shape[:-1], codes.shape[-1] // BLOCK)} for codes of "
                          f"shape {codes.shape}, got {scales.shape}")
-    g = F32(global_scale)
-    decode_global = g if recipe is Recipe.TORCHAO else F32(1) / g
-    values = decode(codes, "float4_e2m1fn").astype(np.float64).reshape(*scales.shape, BLOCK)
-    out = values * decode(scales, "float8_e4m3fn").astype(np.float64)[..., None] * float(decode_global)
+    with np.errstate(over="ignore"):
+        d = g if recipe in _TORCHAO else F32(1) / g
+    if not np.isfinite(d):
+        raise ValueError(f"global_scale: its reciprocal {g!r} -> 1/g overflows float32")
+    e = decode(codes, "float4_e2m1fn").reshape(*scales.shape, BLOCK)
+    sb = decode(scales, "float8_e4m3fn")[..., None]
+    if order is DequantOrder.SCALE_FIRST:
+        with np.errstate(over="ignore"):
+            return (e * (d * sb)).reshape(codes.shape)
+    out = e.astype(np.float64) * sb.astype(np.float64) * float(d)
     return out.reshape(codes.shape)

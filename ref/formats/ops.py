@@ -8,9 +8,9 @@ comparators, strategies, vector specs); `ref.conformance.catalog` discovers it.
   formats.float4_e2m1fn.pack    codes [..., 2n] -> bytes [..., n]
   formats.float4_e2m1fn.unpack  bytes [..., n] -> codes [..., 2n]
   formats.mxE.quantize          x [..., 32k] -> (codes, E8M0 scales [..., k])   (E: the MX element)
-  formats.mxE.dequantize        (codes, scales) -> float64 values
+  formats.mxE.dequantize        (codes, scales) -> values (exact at the output's float precision)
   formats.nvfp4.quantize        x [..., R, 16k] -> (codes, E4M3 scales [..., R, k], global scale)
-  formats.nvfp4.dequantize      (codes, scales, global scale) -> float64 values
+  formats.nvfp4.dequantize      (codes, scales, global scale) -> values (exact, or torchao's float32 order)
   formats.scales.to_blocked     scales [R, C] -> the 128x4 blocked layout (flat)
   formats.scales.from_blocked   (blocked, rows, cols) -> scales [rows, cols]
   formats.intB_group.quantize   w [..., n] -> (codes, scales, zeros)            (B: 4 or 8)
@@ -23,6 +23,7 @@ All are exact.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -164,6 +165,17 @@ FLAGS = {
                       "every weight of a group shifts by one quantization step"),
     "WordOrder": Flag("INT4 codes packed into int32 in GPTQ's order where AWQ's is declared, or the reverse",
                       "the eight weights of every word are permuted"),
+    "GlobalAmax": Flag("a tensor amax of 0, NaN or Inf used as is for the NVFP4 global scale",
+                       "a division by zero or a NaN spreads to every block of the tensor"),
+    "DequantOrder": Flag("a float32 dequantization in another order than declared (the scales multiplied "
+                         "first, or the exact product rounded once)",
+                         "values one float32 ulp off where an element of 1.5, 3 or 6 meets an inexact scale product"),
+    "InfBlock": Flag("an Inf in an MX block given a finite scale (read from the exponent bits of Inf) or ignored",
+                     "the poisoned block decodes as saturated numbers instead of NaN"),
+    "SmallestScale": Flag("elements of a block at the MX scale 2^-127 divided by another power of two (2^-126, "
+                          "float32's smallest normal, or 1)", "tiny blocks lose a bit of every element, or all of them"),
+    "GlobalScale": Flag("a zero, negative, infinite or NaN NVFP4 global scale accepted",
+                        "dequantized values silently become Inf or NaN, or change sign"),
     "Hadamard": Flag("the random Hadamard transform with another sign vector, order or scale, or the global "
                      "amax taken before it", "every code of the transformed tensor is off"),
     "InvalidInput": Flag("bad input accepted silently",
@@ -700,22 +712,37 @@ def _mx_vectors(elem: str) -> list[VectorSpec]:
         maxes = np.stack([row(top * 2.0**k * f, seed=k + 7) for k in (-3, 0, 5) for f in (1.0, 1.0 + 2**-20)])
         add(f"{rule.value}: amax at element max times a power of two, and just above", ["ScaleRule"], maxes,
             scale_rule=rule.value)
-        edges = [np.float32(top * 2.0**k) for k in (-127, -100, -3, 0, 5, 60)]
-        ulp_rows = np.stack([row(float(v), seed=i) for i, e in enumerate(edges)
+        def ulp_rows(ks):
+            edges = [np.float32(top * 2.0**k) for k in ks]
+            return np.stack([row(float(v), seed=i) for i, e in enumerate(edges)
                              for v in (np.nextafter(e, np.float32(np.inf)), np.nextafter(e, np.float32(0)))])
+
         add(f"{rule.value}: amax one float32 ulp either side of element max times 2^k (the fp32 product "
-            f"amax * (1/max) rounds onto the power of two)", ["ScaleRule", "Log2Float32"], ulp_rows,
-            scale_rule=rule.value)
+            f"amax * (1/max) rounds onto the power of two)", ["ScaleRule", "Log2Float32"],
+            ulp_rows((-100, -3, 0, 5, 60)), scale_rule=rule.value)
+        add(f"{rule.value}: amax one float32 ulp either side of element max times 2^-127",
+            ["ScaleRule", "Log2Float32", "SmallestScale"], ulp_rows((-127,)), scale_rule=rule.value)
         add(f"{rule.value}: all-zero block (and -0)", ["ZeroBlock"], np.stack([np.zeros(32), -np.zeros(32)]),
             scale_rule=rule.value)
         sub = np.stack([row(1e-40), row(3e-45, seed=3)])
-        add(f"{rule.value}: amax a float32 subnormal", ["ZeroBlock", "InputSubnormal"], sub, scale_rule=rule.value)
-        huge = np.stack([row(3.4e38), row(2.0**127)])
-        add(f"{rule.value}: amax near float32 max (the exponent may pass 127)", ["Overflow"], huge,
+        add(f"{rule.value}: amax a float32 subnormal", ["ZeroBlock", "InputSubnormal", "SmallestScale"], sub,
             scale_rule=rule.value)
-        poison = np.stack([row(1.0), row(1.0), row(1.0)])
-        poison[0, 9], poison[1, 9], poison[2, 30] = np.nan, np.inf, -np.inf
-        add(f"{rule.value}: NaN or Inf in a block", ["NanBlock"], poison, scale_rule=rule.value)
+        smallest = np.stack([row(2.0 ** (emax - 127)), row(1.5 * 2.0 ** (emax - 129), seed=1),
+                             row(2.0 ** (emax - 133), seed=2)])
+        add(f"{rule.value}: blocks at the smallest scale 2^-127 (code 0), elements divided by exactly 2^-127",
+            ["SmallestScale"], smallest, scale_rule=rule.value)
+        huge = np.stack([row(3.4e38), row(2.0**127)])
+        poison = np.stack([row(1.0), row(1.0)])
+        poison[0, 9], poison[1, 30] = np.inf, -np.inf
+        for overflow in mx.ScaleOverflow:
+            add(f"{rule.value}: amax near float32 max (the exponent may pass 127), scale_overflow={overflow.value}",
+                ["Overflow"], huge, scale_rule=rule.value, scale_overflow=overflow.value)
+            add(f"{rule.value}: +-Inf in a block, scale_overflow={overflow.value} (0xFF: the block is NaN; 0xFE: "
+                f"Inf saturates, the rest is tiny)", ["NanBlock", "InfBlock"], poison, scale_rule=rule.value,
+                scale_overflow=overflow.value)
+        nan = np.stack([row(1.0), row(1.0)])
+        nan[0, 9] = np.nan
+        add(f"{rule.value}: NaN in a block", ["NanBlock"], nan, scale_rule=rule.value)
     sat = np.stack([row(top * 2.0**k * 1.99 / (top / 2.0**emax) if elem != "int8" else 1.99 * 2.0**k)
                     for k in (0, 3)])
     add("floor: amax/2^X above the element max saturates", ["ElementSaturation"], sat)
@@ -741,7 +768,8 @@ def _mx_dequant_vectors(elem: str) -> list[VectorSpec]:
     every = np.arange(1 << bits, dtype=np.uint8)
     every = np.resize(every, (max(1, every.size // 32), 32))
     return [
-        VectorSpec("random codes under the extreme scales 2^-127, 2^127 and NaN", ("Random", "NanBlock"),
+        VectorSpec("random codes under the extreme scales 2^-127, 2^127 and NaN (float32: subnormal and "
+                   "overflowing results)", ("Random", "NanBlock", "Subnormal"),
                    Case({"codes": codes_all, "scales": scales})),
         VectorSpec("every element code under scale 1", ("Exhaustive",),
                    Case({"codes": every, "scales": np.full((every.shape[0], 1), 127, np.uint8)})),
@@ -807,12 +835,12 @@ def _mx_ops(elem: str) -> list[Op]:
             name=f"formats.{name}.dequantize",
             kind=Kind.EXACT,
             oracle=partial(mx.dequantize, elem=elem),
-            summary=f"({elem} codes, E8M0 scales) -> float64 values",
+            summary=f"({elem} codes, E8M0 scales) -> values, exact at the output's precision",
             spec=f"{SPEC}#mx",
             variants=(),
             vectors=partial(_mx_dequant_vectors, elem),
             examples=_mx_dequant_examples(elem),
-            compare=partial(compare_values, fmt="float64"),
+            compare=_compare_at_output_precision,
             array_format=lambda n, a, e=elem: {"codes": None if e == "int8" else e,
                                                "scales": "float8_e8m0fnu"}.get(n),
         ),
@@ -821,7 +849,8 @@ def _mx_ops(elem: str) -> list[Op]:
 
 _NV_VARIANTS = (
     Variant("recipe", tuple(r.value for r in nvfp4.Recipe), "transformer_engine",
-            "float32 operation order of the scales: TransformerEngine, vLLM/FlashInfer, torchao"),
+            "float32 operation order of the scales: TransformerEngine, vLLM/FlashInfer, torchao 0.13-0.16 "
+            "(x / f32(p * sb)), torchao 0.17 on (x * f32(f32(1/p) / sb))"),
     Variant("tile_2d", ("false", "true"), "false", "one scale per 16 elements, or per 16x16 tile (TE weights)"),
     Variant("rht", ("false", "true"), "false",
             "random Hadamard transform of each 16 elements before scaling (TE's recipe for wgrad inputs)"),
@@ -830,10 +859,29 @@ _NV_VARIANTS = (
 )
 
 
+_BOOLEAN = {"false": False, "true": True}
+
+
+def _boolean(value: str, name: str) -> bool:
+    """A catalog variant string ('false' or 'true') as the oracle's boolean."""
+    if value not in _BOOLEAN:
+        raise ValueError(f"{name}: expected 'false' or 'true', got {value!r}")
+    return _BOOLEAN[value]
+
+
 def _nvfp4_oracle(x, *, recipe="transformer_engine", tile_2d="false", rht="false", rounding="nearest_even",
                   rbits=None):
-    return nvfp4.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rht=rht == "true", rounding=rounding,
-                          rbits=rbits)
+    return nvfp4.quantize(x, recipe=recipe, tile_2d=_boolean(tile_2d, "tile_2d"), rht=_boolean(rht, "rht"),
+                          rounding=rounding, rbits=rbits)
+
+
+def _divides(recipe: nvfp4.Recipe) -> bool:
+    """torchao up to 0.16 divides the elements by f32(p * sb); the others multiply."""
+    return recipe is nvfp4.Recipe.TORCHAO_0_13
+
+
+def _torchao(recipe: nvfp4.Recipe) -> bool:
+    return recipe in (nvfp4.Recipe.TORCHAO_0_13, nvfp4.Recipe.TORCHAO_0_17)
 
 
 def _recipe_ties(recipe_a: str, recipe_b: str, amax: float, count: int = 32) -> np.ndarray:
@@ -866,7 +914,7 @@ def _at_scale_ties(recipe: nvfp4.Recipe, amax: float, count: int = 40) -> np.nda
     e4 = representable_values("float8_e4m3fn")
     e4 = e4[(e4 > 0.01) & (e4 < 448)]
     ties = ((e4[:-1] + e4[1:]) / 2)[::2].astype(np.float32)
-    per_unit = float(g) / 6 if recipe is not nvfp4.Recipe.TORCHAO else 1 / (6 * float(g))
+    per_unit = float(g) / 6 if not _torchao(recipe) else 1 / (6 * float(g))
     centre = (ties / per_unit).astype(np.float32)
     cand = (centre.view(np.int32)[:, None] + np.arange(-6, 7)).astype(np.int32).view(np.float32)
     with np.errstate(all="ignore"):
@@ -883,7 +931,7 @@ def _at_scale_ties(recipe: nvfp4.Recipe, amax: float, count: int = 40) -> np.nda
 
 def _element_ties(recipe: nvfp4.Recipe, amax: float, rng) -> np.ndarray:
     """Rows [block max, 15 elements] where each element, scaled in the recipe's order
-    (x * r, or x / d for torchao), lands within 2 float32 ulps of an E2M1 tie: a
+    (x * r, or x / d for torchao 0.13), lands within 2 float32 ulps of an E2M1 tie: a
     reciprocal where the recipe divides (or the reverse) flips some of them."""
     g = nvfp4._global(np.float32(amax), recipe)
     rows = [np.array([amax] + [0.0] * 15, np.float32)]
@@ -891,7 +939,7 @@ def _element_ties(recipe: nvfp4.Recipe, amax: float, rng) -> np.ndarray:
     for bamax in rng.uniform(1.0, 90.0, 12).astype(np.float32):
         _, m = nvfp4._scales_and_multipliers(np.array([bamax], np.float32), g, recipe)
         m = m[0]
-        div = recipe is nvfp4.Recipe.TORCHAO
+        div = _divides(recipe)
         centre = (ties * m if div else ties / m).astype(np.float32)
         cand = (centre.view(np.int32)[:, None] + np.arange(-3, 4)).astype(np.int32).view(np.float32).ravel()
         with np.errstate(all="ignore"):
@@ -903,6 +951,31 @@ def _element_ties(recipe: nvfp4.Recipe, amax: float, rng) -> np.ndarray:
             row[0] = bamax
             row[1:] = np.resize(pick, 15) * rng.choice([-1, 1], 15).astype(np.float32)
             rows.append(row)
+    return np.stack(rows)
+
+
+def _torchao_order_ties(amax: np.float32, rng, count: int = 12) -> np.ndarray:
+    """Rows [global amax, 0...] then [block max, 15 elements] where torchao 0.13's
+    division and 0.17's reciprocal product give different E2M1 codes."""
+    old, new = nvfp4.Recipe.TORCHAO_0_13, nvfp4.Recipe.TORCHAO_0_17
+    p = nvfp4._global(amax, new)
+    ties = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], np.float32)
+    rows = [np.array([amax] + [0.0] * 15, np.float32)]
+    for bamax in rng.uniform(0.05, 0.95, 64).astype(np.float32) * amax:
+        _, d = nvfp4._scales_and_multipliers(np.array([bamax], np.float32), p, old)
+        _, m = nvfp4._scales_and_multipliers(np.array([bamax], np.float32), p, new)
+        centre = (ties * d[0]).astype(np.float32)
+        cand = (centre.view(np.int32)[:, None] + np.arange(-4, 5)).astype(np.int32).view(np.float32).ravel()
+        cand = cand[(cand > 0) & (cand < bamax)]
+        with np.errstate(all="ignore"):
+            differ = encode(cand / d[0], "float4_e2m1fn") != encode(cand * m[0], "float4_e2m1fn")
+        if differ.any():
+            row = np.zeros(16, np.float32)
+            row[0] = bamax
+            row[1:] = np.resize(cand[differ], 15) * rng.choice([-1, 1], 15).astype(np.float32)
+            rows.append(row)
+        if len(rows) > count:
+            break
     return np.stack(rows)
 
 
@@ -927,13 +1000,18 @@ def _nvfp4_vectors() -> list[VectorSpec]:
         tiny[0] = 0.0
         add(f"{r.value}: blocks from zero to large, one all-zero row", ["ZeroBlock", "ScaleClamp", "E4M3Rounding"],
             tiny, recipe=r.value)
-        add(f"{r.value}: an all-zero tensor", ["ZeroBlock"], np.zeros((2, 32)), recipe=r.value)
+        add(f"{r.value}: an all-zero tensor (amax 0: global scale 1)", ["ZeroBlock", "GlobalAmax"],
+            np.zeros((2, 32)), recipe=r.value)
         poison = rng.standard_normal((3, 32))
-        poison[0, 3], poison[1, 20] = np.nan, np.inf
-        add(f"{r.value}: NaN and Inf blocks", ["NanBlock"], poison, recipe=r.value)
+        for value, what in ((np.nan, "NaN"), (np.inf, "Inf")):
+            poisoned = poison.copy()
+            poisoned[1, 20] = value
+            add(f"{r.value}: a {what} block (tensor amax {what}: global scale 1, the other blocks as usual)",
+                ["NanBlock", "GlobalAmax"], poisoned, recipe=r.value)
         ties = np.tile(np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0] * 2, dtype=np.float32), (2, 1))
         ties[1] *= -1
-        add(f"{r.value}: element ties (block amax 6 under a unit global scale)", ["TiesToEven"],
+        add(f"{r.value}: element ties (block amax 6 under a unit global scale: torchao's path without one)",
+            ["TiesToEven"],
             np.concatenate([ties, np.full((1, 16), 6.0 * 448, np.float32)]), recipe=r.value)
         add(f"{r.value}: stochastic rounding with random bits", ["StochasticRounding"], gauss[:4],
             recipe=r.value, rounding="stochastic",
@@ -943,7 +1021,10 @@ def _nvfp4_vectors() -> list[VectorSpec]:
             add(f"{r.value}: stochastic rounding on exact E2M1 midpoints, random byte at the boundary {what}",
                 ["StochasticRounding", "SrBoundary"], tie_x, recipe=r.value, rounding="stochastic",
                 rbits=np.full(tie_x.shape, rb, dtype=np.uint32))
-    for a, b in (("transformer_engine", "vllm"), ("transformer_engine", "torchao"), ("vllm", "torchao")):
+    torchao = {nvfp4.Recipe.TORCHAO_0_13.value, nvfp4.Recipe.TORCHAO_0_17.value}
+    for a, b in itertools.combinations([r.value for r in nvfp4.Recipe], 2):
+        if {a, b} == torchao:  # the same scales: their elements differ, below
+            continue
         amax = 100.0
         bam = _recipe_ties(a, b, amax)
         if bam.size:
@@ -966,6 +1047,11 @@ def _nvfp4_vectors() -> list[VectorSpec]:
     for r in nvfp4.Recipe:
         add(f"{r.value}: elements whose scaled value lies within 2 float32 ulps of an E2M1 tie",
             ["RecipeOrder", "TiesToEven"], _element_ties(r, 100.0, rng), recipe=r.value)
+    for amax in (100.0, 2688.0):  # 2688: p = 1, torchao without a global scale
+        rows = _torchao_order_ties(np.float32(amax), rng)
+        for r in sorted(torchao):
+            add(f"{r}: elements where x / f32(p * sb) and x * f32(f32(1/p) / sb) pick different codes "
+                f"(global amax {amax:g})", ["RecipeOrder"], rows, recipe=r)
     add("empty input", ["EmptyInput"], np.zeros((0, 16)))
     specs.append(VectorSpec("a last axis that is not a multiple of 16 is rejected", ("InvalidInput",),
                             Case({"x": np.ones((2, 24), np.float32)}), "invalid"))
@@ -1001,17 +1087,53 @@ def _compare_nvfp4(expected, actual):
                                scale_fmt="float8_e4m3fn", block=16)
 
 
+_NV_ORDER = Variant("order", tuple(o.value for o in nvfp4.DequantOrder), "exact",
+                    "exact (float64; a float32 output is the exact value rounded once), or torchao's float32 "
+                    "order f32(e * f32(d * sb)) (scale_first)")
+
+
+def _compare_at_output_precision(expected, actual) -> Comparison:
+    """Values exact at the candidate's output precision: a float32 (or float16) output
+    must be the oracle's value rounded once to it (nearest even, overflow to Inf)."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if actual.dtype not in (np.float16, np.float32):
+        return compare_values(expected, actual, fmt="float64")
+    if actual.dtype.itemsize < expected.dtype.itemsize:
+        with np.errstate(over="ignore"):
+            expected = expected.astype(actual.dtype)
+    return compare_values(expected, actual, fmt=actual.dtype.name)
+
+
 def _nvfp4_dequant_vectors() -> list[VectorSpec]:
+    orders_all = tuple(o.value for o in nvfp4.DequantOrder)
     rng = np.random.default_rng(seed_for("formats.nvfp4.dequantize"))
     codes = rng.integers(0, 16, (4, 32)).astype(np.uint8)
     scales = np.array([[0x00, 0x01], [0x38, 0x7E], [0x7F, 0xFE], [0x08, 0x40]], dtype=np.uint8)
     specs = []
     for r in nvfp4.Recipe:
-        for gs in (1.0, 0.0123, 2688 / 3.0):
-            specs.append(VectorSpec(f"{r.value}: random codes, extreme and NaN scales, global {gs:g}",
-                                    ("Random", "NanBlock"),
-                                    Case({"codes": codes, "scales": scales,
-                                          "global_scale": np.float32(gs)}, {"recipe": r.value})))
+        for gs, orders in ((1.0, ("exact",)), (0.0123, orders_all), (2688 / 3.0, orders_all)):
+            for order in orders:
+                specs.append(VectorSpec(f"{r.value}: random codes, extreme and NaN scales, global {gs:g} ({order})",
+                                        ("Random", "NanBlock"),
+                                        Case({"codes": codes, "scales": scales, "global_scale": np.float32(gs)},
+                                             {"recipe": r.value, "order": order})))
+    every = np.tile(np.arange(16, dtype=np.uint8), (8, 2))  # [8, 32]: every code under 16 scales
+    many = rng.integers(1, 0x7F, (8, 2)).astype(np.uint8)
+    for r in nvfp4.Recipe:
+        for gs in (7.1e-3, 13.7):
+            specs.append(VectorSpec(
+                f"{r.value}: every code times E4M3 scales times global {gs:g}, float32 in torchao's order "
+                f"f32(e * f32(d * sb)): 1.5, 3 and 6 round twice", ("DequantOrder",),
+                Case({"codes": every, "scales": many, "global_scale": np.float32(gs)},
+                     {"recipe": r.value, "order": "scale_first"})))
+        specs.append(VectorSpec(
+            f"{r.value}: every code times E4M3 scales, exact (a float32 output rounds it once)", ("DequantOrder",),
+            Case({"codes": every, "scales": many, "global_scale": np.float32(13.7)},
+                 {"recipe": r.value, "order": "exact"})))
+    for gs, what in ((0.0, "zero"), (-1.0, "negative"), (np.inf, "infinite"), (np.nan, "NaN")):
+        specs.append(VectorSpec(f"a {what} global scale is rejected", ("InvalidInput", "GlobalScale"),
+                                Case({"codes": codes, "scales": scales, "global_scale": np.float32(gs)}),
+                                "invalid"))
     specs.append(VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
                             Case({"codes": codes, "scales": scales[:, :1], "global_scale": np.float32(1)}),
                             "invalid"))
@@ -1029,6 +1151,12 @@ def _nvfp4_dequant_examples(supported):
                     {"recipe": draw(st.sampled_from(list(supported["recipe"])), label="recipe")})
 
     return case()
+
+
+def _nvfp4_dequant_cases(supported):
+    """The dequantize examples with the float32 order drawn too."""
+    return st.tuples(_nvfp4_dequant_examples(supported), st.sampled_from(list(supported["order"]))).map(
+        lambda pair: Case(pair[0].inputs, {**pair[0].params, "order": pair[1]}))
 
 
 _NVFP4_OPS = [
@@ -1049,12 +1177,12 @@ _NVFP4_OPS = [
         name="formats.nvfp4.dequantize",
         kind=Kind.EXACT,
         oracle=nvfp4.dequantize,
-        summary="(E2M1 codes, E4M3 scales, global scale) -> float64 values",
+        summary="(E2M1 codes, E4M3 scales, global scale) -> values, exact at the output's precision",
         spec=f"{SPEC}#nvfp4",
-        variants=(_NV_VARIANTS[0],),
+        variants=(_NV_VARIANTS[0], _NV_ORDER),
         vectors=_nvfp4_dequant_vectors,
-        examples=_nvfp4_dequant_examples,
-        compare=partial(compare_values, fmt="float64"),
+        examples=_nvfp4_dequant_cases,
+        compare=_compare_at_output_precision,
         array_format=lambda n, a: {"codes": "float4_e2m1fn", "scales": "float8_e4m3fn"}.get(n),
     ),
 ]

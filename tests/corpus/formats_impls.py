@@ -7,6 +7,7 @@ from functools import partial
 from corpus import table_codec as tc
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
+from ref.formats import nvfp4
 
 
 def _all_variants(names):
@@ -93,7 +94,7 @@ def mx_composed(bugs=(), elems=None, name=None, variants=None):
         if elems and elem not in elems:
             continue
         ops[f"formats.{short}.quantize"] = partial(mc.quantize, elem=elem, bugs=bugs)
-        ops[f"formats.{short}.dequantize"] = partial(mc.dequantize, elem=elem)
+        ops[f"formats.{short}.dequantize"] = partial(mc.dequantize, elem=elem, bugs=bugs)
     declared = _all_variants(ops) if variants is None else variants
     return Implementation(name or f"mx composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
 
@@ -108,6 +109,14 @@ MX_BUGS = {
                                                                             "Log2Float32"),
     "NaN in a block ignored (nanmax)": (("nanmax",), ("float6_e2m3fn",), None, "NanBlock"),
     "elements not saturated after scaling": (("no_saturation",), ("float8_e4m3fn",), None, "ElementSaturation"),
+    "an Inf block's scale read from the exponent bits of Inf": (("inf_exponent_bits",), ("float8_e4m3fn",), None,
+                                                                "InfBlock"),
+    "blocks at scale 2^-127 divided by float32's smallest normal": (("smallest_normal",), ("float6_e3m2fn",), None,
+                                                                    "SmallestScale"),
+    "scale code 0 read as x1 when scaling the elements": (("unit_at_zero",), ("float8_e5m2",), None,
+                                                          "SmallestScale"),
+    "float32 dequantize flushing subnormal results to zero": (("float32_ftz",), ("float8_e4m3fn",), None,
+                                                              "Subnormal"),
 }
 
 
@@ -124,9 +133,11 @@ def nvfp4_composed(bugs=(), name=None, variants=None):
         return nc.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits, bugs=bugs,
                            rht=rht == "true")
 
-    ops = {"formats.nvfp4.quantize": quantize}
-    declared = {"formats.nvfp4.quantize": {"recipe": ["transformer_engine", "vllm", "torchao"],
-                                           "tile_2d": ["false", "true"], "rht": ["false", "true"]}} \
+    recipes = [r.value for r in nvfp4.Recipe]
+    ops = {"formats.nvfp4.quantize": quantize,
+           "formats.nvfp4.dequantize": partial(nc.dequantize, bugs=bugs)}
+    declared = {"formats.nvfp4.quantize": {"recipe": recipes, "tile_2d": ["false", "true"], "rht": ["false", "true"]},
+                "formats.nvfp4.dequantize": {"recipe": recipes, "order": ["exact", "scale_first"]}} \
         if variants is None else variants
     return Implementation(name or f"nvfp4 composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
 
@@ -142,11 +153,18 @@ NVFP4_BUGS = {
     "TE block scale with amax * g / 6 instead of amax * (g * (1/6))": (("no_recip_six",),
                                                                         _one_recipe("transformer_engine"),
                                                                         "RecipeOrder"),
-    "torchao multiplies by the reciprocal instead of dividing": (("reciprocal",), _one_recipe("torchao"),
-                                                                  "TiesToEven"),
-    "torchao without the 2^-6 block-scale floor": (("no_clamp",), _one_recipe("torchao"), "ScaleClamp"),
+    "torchao 0.13 multiplies by the reciprocal instead of dividing": (("reciprocal",), _one_recipe("torchao_0_13"),
+                                                                       "RecipeOrder"),
+    "torchao 0.17 claimed, 0.13's division computed": (("old_order",), _one_recipe("torchao_0_17"), "RecipeOrder"),
+    "torchao without the 2^-6 block-scale floor": (("no_clamp",), _one_recipe("torchao_0_17"), "ScaleClamp"),
     "TransformerEngine with torchao's 2^-6 floor": (("clamp_2m6",), _one_recipe("transformer_engine"),
                                                     "ScaleClamp"),
+    "torchao's p = amax / 2688 used as is for a zero, NaN or Inf tensor amax": (
+        ("raw_global",), _one_recipe("torchao_0_17"), "GlobalAmax"),
+    "dequantize in torchao's scale-first float32 order where the exact one is declared": (
+        ("swapped_order",), {"formats.nvfp4.dequantize": {"order": ["exact"]}}, "DequantOrder"),
+    "dequantize rounding the exact product once where torchao's order is declared": (
+        ("swapped_order",), {"formats.nvfp4.dequantize": {"order": ["scale_first"]}}, "DequantOrder"),
     "Hadamard transform without TransformerEngine's signs": (
         ("no_signs",), {"formats.nvfp4.quantize": {"rht": ["true"]}}, "Hadamard"),
     "vLLM claimed, TransformerEngine's order computed": ((), {"formats.nvfp4.quantize": {"recipe": ["vllm"]}},

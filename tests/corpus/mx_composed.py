@@ -50,14 +50,24 @@ def quantize(x, elem, scale_rule="floor", scale_overflow="nan", bugs=()):
         np.zeros((*x.shape[:-1], x.shape[-1] // 32, 32), np.float32)
     amax = np.nanmax(np.abs(b), axis=-1) if "nanmax" in bugs else np.max(np.abs(b), axis=-1)
     finite = np.isfinite(amax) & (amax > 0)
+    if "inf_exponent_bits" in bugs:  # torchao's FLOOR/CEIL/EVEN: Inf read as 2^128
+        finite = finite | np.isinf(amax)
+        amax = np.where(np.isinf(amax), np.float32(2.0**127), amax)
     with np.errstate(all="ignore"):
         X = np.where(finite, _exponent(np.where(finite, amax, np.float32(1)), elem, scale_rule, bugs), -127)
+    if "inf_exponent_bits" in bugs:
+        X = np.where(np.isinf(np.max(np.abs(b), axis=-1)), 128 - EMAX[elem], X)
     if "no_low_clamp" not in bugs:
         X = np.maximum(X, -127)
     big = (X > 127) | np.isinf(amax)
     scales = np.where(big, 0xFE if scale_overflow == "satfinite" else 0xFF, np.clip(X, -127, 127) + 127)
     scales = np.where(np.isnan(amax), 0xFF, scales) & 0xFF
-    q = b.astype(np.float64) / 2.0 ** (scales.astype(np.int64) - 127)[..., None]
+    divisor = 2.0 ** (scales.astype(np.int64) - 127)
+    if "smallest_normal" in bugs:  # the scale clamped to float32's smallest normal
+        divisor = np.maximum(divisor, 2.0**-126)
+    if "unit_at_zero" in bugs:  # scale code 0 read as x1
+        divisor = np.where(scales == 0, 1.0, divisor)
+    q = b.astype(np.float64) / divisor[..., None]
     top = _max(elem)
     if "no_saturation" not in bugs:
         q = np.clip(q, -top, top)
@@ -82,7 +92,7 @@ def _ties_away(q32, elem):
     return np.where(tie, np.nextafter(q32, np.copysign(np.float32(np.inf), q32)), q32)
 
 
-def dequantize(codes, scales, elem):
+def dequantize(codes, scales, elem, bugs=()):
     codes, scales = np.asarray(codes), np.asarray(scales)
     if codes.dtype != np.uint8 or scales.dtype != np.uint8:
         raise TypeError("uint8 codes and scales")
@@ -90,6 +100,12 @@ def dequantize(codes, scales, elem):
     if scales.shape != b.shape[:-1]:
         raise ValueError("scales: wrong shape")
     v = b.view(np.int8) / 64 if elem == "int8" else b.view(getattr(ml_dtypes, elem)).astype(np.float64)
-    out = v * 2.0 ** (scales.astype(np.float64) - 127)[..., None]
+    if "float32" in bugs or "float32_ftz" in bugs:  # a float32 kernel: one rounding of the exact product
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = v.astype(np.float32) * np.ldexp(np.float32(1), scales.astype(np.int32) - 127)[..., None]
+        if "float32_ftz" in bugs:
+            out = np.where(np.abs(out) < np.finfo(np.float32).tiny, np.float32(0), out)
+    else:
+        out = v * 2.0 ** (scales.astype(np.float64) - 127)[..., None]
     out = np.where((scales == 0xFF)[..., None], np.nan, out)
     return out.reshape(codes.shape)

@@ -42,15 +42,20 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
         t = b.reshape(*b.shape[:-2], -1, 16, b.shape[-1]).max(-2)
         b = np.repeat(t, 16, axis=-2)
     with np.errstate(all="ignore"):
-        if recipe == "torchao":
+        if recipe.startswith("torchao"):
             p = amax / F(2688)
-            g = p if (p > 0 and np.isfinite(p)) else F(1)
+            g = p if (p > 0 and np.isfinite(p)) or "raw_global" in bugs else F(1)
             s = (b / F(6)) / g
             s = np.clip(s, F(2.0**-6), F(448)) if "no_clamp" not in bugs else np.minimum(s, F(448))
             sb = _e4m3(s)
             d = (g * sb.astype(F))[..., None]
             blocks = x.reshape(*b.shape, 16)
-            q = blocks * (F(1) / d) if "reciprocal" in bugs else blocks / d
+            if recipe == "torchao_0_13":
+                q = blocks * (F(1) / d) if "reciprocal" in bugs else blocks / d
+            elif "old_order" in bugs:
+                q = blocks / d
+            else:
+                q = blocks * ((F(1) / g) / sb.astype(F))[..., None]
         else:
             g = F(2688) / amax
             g = min(g, np.finfo(F).max)
@@ -71,3 +76,30 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
     sb = np.asarray(sb)
     scales = sb.view(np.uint8) if sb.dtype == ml_dtypes.float8_e4m3fn else _e4m3(sb).view(np.uint8)
     return codes, scales, F(g)
+
+
+def dequantize(codes, scales, global_scale, recipe="transformer_engine", order="exact", bugs=()):
+    """e * sb * d: float64 (exact), or float32 with the scales multiplied first
+    (torchao); `bugs` swaps one order for the other."""
+    codes, scales = np.asarray(codes), np.asarray(scales)
+    if codes.dtype != np.uint8 or scales.dtype != np.uint8 or (codes.size and codes.max() > 15):
+        raise TypeError("codes, scales: uint8 codes (E2M1 in the low 4 bits) and E4M3 scales")
+    g = F(global_scale)
+    if not (np.isfinite(g) and g > 0):
+        raise ValueError("global_scale: a positive finite float32")
+    if scales.shape != (*codes.shape[:-1], codes.shape[-1] // 16) or codes.shape[-1] % 16:
+        raise ValueError("scales: one per 16 codes")
+    d = g if recipe.startswith("torchao") else F(1) / g
+    if not np.isfinite(d):
+        raise ValueError("global_scale: 1/g overflows")
+    e = codes.view(ml_dtypes.float4_e2m1fn).astype(F).reshape(*scales.shape, 16)
+    sb = scales.view(ml_dtypes.float8_e4m3fn).astype(F)[..., None]
+    scale_first = (order == "scale_first") != ("swapped_order" in bugs)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if scale_first:
+            out = e * (d * sb)
+        elif order == "scale_first":  # the exact product e * sb (6 bits), then one rounding
+            out = (e * sb) * d
+        else:
+            out = e.astype(np.float64) * sb.astype(np.float64) * np.float64(d)
+    return out.reshape(codes.shape)

@@ -1,10 +1,12 @@
-"""torch's dtype casts (CPU) as an implementation under test: another library.
+"""torch's dtype casts (CPU) as an implementation of the element codecs.
 
-Declared variants, as measured against the oracle (torch 2.13): float32 -> E4M3FN
-saturates (Inf too); the other FP8 casts do not saturate; E8M0 rounds to nearest
-with ties up and encodes |x| (zero gives 2^-127), like CUDA's host conversion;
-float64 inputs go through float32 (double rounding), so only float32/float16
-inputs are declared.
+`python -m ref conform --impl ref.conformance.adapters.torch_casts --xfails-file
+ref/conformance/adapters/torch_casts.xfails` judges the installed torch (needs torch,
+which only this module imports). Declared variants, as measured against the oracle
+(torch 2.13): float32 -> E4M3FN saturates (Inf too); the other FP8 casts do not
+saturate; E8M0 rounds to nearest with ties up and encodes |x| (zero gives 2^-127),
+like CUDA's host conversion; float64 inputs go through float32 (double rounding), so
+only float32/float16 inputs are declared. torch has no unpacked FP4/FP6 dtypes.
 """
 
 from __future__ import annotations
