@@ -11,7 +11,9 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 
-__all__ = ["choice", "integer"]
+import numpy as np
+
+__all__ = ["boolean", "choice", "integer", "positive_float32"]
 
 
 def integer(value, name: str, *, minimum: int | None = None, maximum: int | None = None,
@@ -37,3 +39,21 @@ def choice(value, name: str, options: Sequence[str]) -> str:
     if value not in options:
         raise ValueError(f"{name}: expected one of {tuple(options)}, got {value!r}")
     return value
+
+
+def boolean(value, name: str) -> bool:
+    """`value` if it is True or False (a NumPy bool too); never a string or a number."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def positive_float32(value, name: str) -> np.float32:
+    """A real number (not bool) whose float32 value is positive and finite, as that float32."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    with np.errstate(over="ignore", under="ignore"):
+        v = np.float32(value)
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{name}: expected a positive finite float32, got {value!r}")
+    return v

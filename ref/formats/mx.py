@@ -36,6 +36,7 @@ import enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import integer
 from ref.formats.minifloat import _bit_length, _enum, decode, encode, get_format
 
 __all__ = ["MX_ELEMENTS", "ScaleOverflow", "ScaleRule", "dequantize", "quantize", "scale_exponents"]
@@ -122,18 +123,10 @@ def scale_exponents(amax: ArrayLike, elem: str, *, rule: ScaleRule | str = Scale
     return np.where(np.isnan(amax), 0xFF, codes).astype(np.uint8)
 
 
-def _integer(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def _blocks(a: NDArray, block: int, axis: int, name: str) -> NDArray:
     """[..., n, ...] -> [..., n / block, block] with the blocked axis last."""
-    if not _integer(block):
-        raise TypeError(f"block: expected an integer block size, got {block!r}")
-    if block < 1:
-        raise ValueError(f"block: expected a positive block size, got {block!r}")
-    if not _integer(axis):
-        raise TypeError(f"axis: expected an integer, got {axis!r}")
+    block = integer(block, "block", minimum=1)
+    axis = integer(axis, "axis")
     if not -a.ndim <= axis < a.ndim:
         raise ValueError(f"axis: {axis} is out of range for {name} of shape {a.shape}")
     moved = np.moveaxis(a, axis, -1)

@@ -56,6 +56,7 @@ import enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import boolean, positive_float32
 from ref.formats.minifloat import _enum, decode, encode
 
 __all__ = ["BLOCK", "RHT_SIGNS", "DequantOrder", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
@@ -154,23 +155,6 @@ def _scales_and_multipliers(bamax, g, recipe: Recipe):
     return sb, r.astype(np.float32)
 
 
-def _flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected True or False, got {value!r}")
-    return bool(value)
-
-
-def _positive_float32(value, name: str) -> np.float32:
-    """A positive finite number, as the float32 the recipes compute with."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
-    with np.errstate(over="ignore", under="ignore"):
-        v = F32(value)
-    if not (np.isfinite(v) and v > 0):
-        raise ValueError(f"{name}: expected a positive finite float32, got {value!r}")
-    return v
-
-
 def quantize(
     x: ArrayLike,
     *,
@@ -191,9 +175,9 @@ def quantize(
     used, the width of PTX cvt.rs.e2m1x4's random numbers).
     """
     recipe = _enum(recipe, Recipe, "recipe")
-    tile_2d, rht = _flag(tile_2d, "tile_2d"), _flag(rht, "rht")
+    tile_2d, rht = boolean(tile_2d, "tile_2d"), boolean(rht, "rht")
     if global_amax is not None:
-        global_amax = _positive_float32(global_amax, "global_amax")
+        global_amax = positive_float32(global_amax, "global_amax")
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.dtype.itemsize > 4:
         raise TypeError(f"x: expected float32 or a narrower float, got {x.dtype}")
@@ -229,7 +213,7 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, global_scale: float | np.flo
     block scale (0x7F, 0xFF) makes its block NaN."""
     recipe = _enum(recipe, Recipe, "recipe")
     order = _enum(order, DequantOrder, "order")
-    g = _positive_float32(global_scale, "global_scale")
+    g = positive_float32(global_scale, "global_scale")
     codes, scales = np.asarray(codes), np.asarray(scales)
     for name, a in (("codes", codes), ("scales", scales)):
         if a.dtype != np.uint8:
