@@ -201,6 +201,9 @@ def _entries(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _check_vector(op: Op, entry: Mapping[str, Any], stored: Mapping[str, np.ndarray],
                   fresh: Mapping[str, np.ndarray], where: str) -> list[str]:
+    """One vector's stored arrays: dtypes and shapes as the JSON says, outputs as the
+    oracle computes them from the stored inputs (recomputed only where the stored
+    inputs differ from the generator's: otherwise the generator's run is that run)."""
     keys = [a["key"] for a in entry["inputs"].values()]
     keys += [a["key"] for a in _entries(entry["expected"])] if "expected" in entry else []
     keys += [a["key"] for alt in entry.get("alternatives", {}).values() for a in _entries(alt)]
