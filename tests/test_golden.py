@@ -14,8 +14,9 @@ import pytest
 
 import ref
 from ref.conformance import goldens
-from ref.conformance.catalog import discover, flags
-from ref.testing.golden import RESULTS, golden_dir, load_manifest, load_vectors, sha256_file
+from ref.conformance.catalog import Kind, discover, flags
+from ref.testing.golden import (RESULTS, dump_json, golden_dir, load_manifest, load_vectors, read_npz,
+                                sha256_file, write_npz)
 
 GOLDEN = golden_dir()
 
@@ -24,19 +25,126 @@ def test_bundled_folder_matches_the_oracles():
     assert goldens.check() == []
 
 
-def test_writing_is_deterministic(tmp_path):
-    goldens.write(tmp_path)
-    manifest = load_manifest()
-    for rel, digest in manifest["files"].items():
-        assert sha256_file(tmp_path / rel) == digest, rel
-    assert (tmp_path / "manifest.json").read_bytes() == (GOLDEN / "manifest.json").read_bytes()
+@pytest.fixture(scope="module")
+def generated():
+    return goldens.generate()
 
 
 @pytest.fixture()
-def copy(tmp_path):
+def copy(tmp_path, monkeypatch, generated):
+    """A copy of the bundled folder; check and write reuse one generation (the
+    generator is deterministic), which keeps these tests cheap."""
+    monkeypatch.setattr(goldens, "generate", lambda: generated)
     target = tmp_path / "golden"
     shutil.copytree(GOLDEN, target)
     return target
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _rewrite(folder: Path, rel_npz: str, arrays: dict) -> None:
+    """Store arrays as a writer would (another machine's `--write`): NPZ and manifest."""
+    write_npz(folder / rel_npz, arrays)
+    manifest = load_manifest(folder)
+    manifest["files"][rel_npz] = sha256_file(folder / rel_npz)
+    (folder / "manifest.json").write_bytes(dump_json(manifest))
+
+
+def _bounded_groups() -> list[str]:
+    return [info["npz"] for name, info in load_manifest()["ops"].items() if discover()[name].kind is Kind.BOUNDED]
+
+
+def _nudged(arrays: dict, rng, ulps: int) -> dict:
+    """Every float64 output moved by up to `ulps` ulps, as another summation order moves it."""
+    out = {}
+    for key, arr in arrays.items():
+        if key.split(".")[1] in ("expected", "alt") and arr.dtype == np.float64 and arr.size:
+            steps = rng.integers(-ulps, ulps + 1, arr.shape)
+            arr = np.where(np.isfinite(arr), arr + steps * np.spacing(arr), arr)
+        out[key] = arr
+    return out
+
+
+def test_writing_over_the_folder_changes_no_byte(copy):
+    before = _files(copy)
+    goldens.write(copy)
+    assert _files(copy) == before
+
+
+def test_writing_from_scratch_reproduces_exact_files_and_bounded_ones_within_the_bound(copy):
+    scratch = copy.parent / "scratch"
+    goldens.write(scratch)
+    assert goldens.check(scratch) == []
+    bounded = set(_bounded_groups())
+    for rel, digest in load_manifest()["files"].items():
+        if rel not in bounded:
+            assert sha256_file(scratch / rel) == digest, rel
+
+
+def test_another_summation_order_regenerates_within_the_bound_and_changes_no_byte(copy):
+    """Bounded outputs written on another machine (another BLAS kernel, another
+    summation order: here every float64 output moved by up to 4 ulps) pass --check,
+    and --write here leaves them byte for byte as they are."""
+    rng = np.random.default_rng(0)
+    for rel in _bounded_groups():
+        _rewrite(copy, rel, _nudged(read_npz(copy / rel), rng, 4))
+    before = _files(copy)
+    assert before != _files(GOLDEN)
+    assert goldens.check(copy) == []
+    goldens.write(copy)
+    assert _files(copy) == before
+
+
+def test_a_bounded_output_beyond_the_bound_is_named_and_rewritten(copy):
+    rel = "attention/attend.npz"
+    arrays = read_npz(copy / rel)
+    arrays["2.expected.out"] = arrays["2.expected.out"] * (1 + 2.0**-30)
+    _rewrite(copy, rel, arrays)
+    comment = json.loads((copy / "attention/attend.json").read_text())["vectors"][1]["comment"]
+    assert goldens.check(copy) == [f"{rel}: vector 2 ({comment}): 2.expected.out differs from the oracle's output "
+                                   "on the stored inputs beyond the golden bound"]
+    goldens.write(copy)
+    assert goldens.check(copy) == []
+    assert read_npz(copy / rel)["2.expected.out"].tobytes() != arrays["2.expected.out"].tobytes()
+
+
+def test_check_recomputes_outputs_from_the_stored_inputs(copy):
+    """Inputs drawn differently (another numpy's exp or linspace rounds another way)
+    check clean when the stored outputs are the oracle's on them; an input changed
+    without its output, an invalid vector whose inputs are accepted, and a wrong
+    acceptable alternative are each named with file, vector id and comment."""
+    op = discover()["formats.float8_e4m3fn.encode"]
+    rel = "formats/float8_e4m3fn.encode.npz"
+    arrays = read_npz(copy / rel)
+    arrays["27.x"] = np.nextafter(arrays["27.x"], np.float32(np.inf))
+    arrays["27.expected"] = op.oracle(x=arrays["27.x"], rounding="nearest_even", overflow="saturate")
+    _rewrite(copy, rel, arrays)
+    assert goldens.check(copy) == []
+
+    arrays["27.x"][0, 0] = 400.0
+    _rewrite(copy, rel, arrays)
+    assert goldens.check(copy) == [
+        f"{rel}: vector 27 (random float32 values across the format's range, as a 16x16 matrix): "
+        "27.expected differs from the oracle's output on the stored inputs"]
+
+    shutil.copytree(GOLDEN, copy, dirs_exist_ok=True)
+    rel = "formats/int4_group.quantize.npz"
+    arrays = read_npz(copy / rel)
+    arrays["18.w"] = np.zeros_like(arrays["18.w"])
+    _rewrite(copy, rel, arrays)
+    assert goldens.check(copy) == [
+        f"{rel}: vector 18 (NaN weights are rejected): the oracle accepts the stored inputs of an invalid vector"]
+
+    shutil.copytree(GOLDEN, copy, dirs_exist_ok=True)
+    rel = "formats/float4_e2m1fn.encode.npz"
+    arrays = read_npz(copy / rel)
+    alt = next(k for k in arrays if k.split(".")[1] == "alt")
+    arrays[alt] = arrays[alt] ^ np.uint8(1)
+    _rewrite(copy, rel, arrays)
+    problems = goldens.check(copy)
+    assert len(problems) == 1 and problems[0].endswith(f"{alt} differs from the oracle's output on the stored inputs")
 
 
 def test_a_hand_edited_array_is_named(copy):

@@ -253,8 +253,11 @@ def test_hand_worked_values():
     c2, s2, c02, s02 = math.cos(2), math.sin(2), math.cos(0.2), math.sin(0.2)
     neox = [1 * c2 - 3 * s2, 2 * c02 - 4 * s02, 3 * c2 + 1 * s2, 4 * c02 + 2 * s02]  # pairs (0,2), (1,3)
     gptj = [1 * c2 - 2 * s2, 2 * c2 + 1 * s2, 3 * c02 - 4 * s02, 4 * c02 + 3 * s02]  # pairs (0,1), (2,3)
-    np.testing.assert_allclose(apply_rope(x, [2], base=100.0)[0, 0], neox, rtol=1e-15)
-    np.testing.assert_allclose(apply_rope(x, [2], base=100.0, style="gptj")[0, 0], gptj, rtol=1e-15)
+    # atol: a few ulps of the terms (up to 4), which cancel in 2 cos 0.2 - 4 sin 0.2 = 0.077;
+    # numpy 1.24's float64 cos and sin (AVX-512) differ from the C library's by an ulp.
+    np.testing.assert_allclose(apply_rope(x, [2], base=100.0)[0, 0], neox, rtol=1e-15, atol=4 * 2.0**-52 * 4)
+    np.testing.assert_allclose(apply_rope(x, [2], base=100.0, style="gptj")[0, 0], gptj, rtol=1e-15,
+                               atol=4 * 2.0**-52 * 4)
 
 
 # ---------------------------------------------------------------- frequencies ------

@@ -169,6 +169,16 @@ def _yarn_attention_factor(cfg) -> float:
     return yarn_mscale(factor)
 
 
+def _power(base: np.floating, exponents: NDArray) -> NDArray:
+    """base ** exponents: in float64 by the C library's pow, correctly rounded in practice
+    (numpy's float64 power is not, and rounds differently from one numpy version to the
+    next: one ulp of inv_freq moves the angle at position 5e5 by 1e-10); in float32 by
+    numpy, as an engine's float32 arithmetic does it."""
+    if exponents.dtype == np.float64:
+        return np.array([math.pow(base, e) for e in exponents.tolist()], np.float64)
+    return base ** exponents
+
+
 def rope_frequencies(
     rotary_dim: int, *, base: float = 10000.0, scaling: Mapping | None = None, dtype: str = "float64"
 ) -> tuple[NDArray[np.float64], float]:
@@ -206,7 +216,7 @@ def rope_frequencies(
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype: expected 'float64' or 'float32', got {dtype!r}")
     work = np.dtype(dtype).type
-    inv_freq = work(1) / work(base) ** (np.arange(0, r, 2, dtype=work) / work(r)) if r else np.zeros(0, work)
+    inv_freq = work(1) / _power(work(base), np.arange(0, r, 2, dtype=work) / work(r)) if r else np.zeros(0, work)
     factor = 1.0
     if kind == "linear":
         inv_freq = inv_freq / work(_real(cfg["factor"], "factor"))

@@ -309,7 +309,11 @@ def _encode_vectors(f: FloatFormat) -> list[VectorSpec]:
           signs(binade_tops - _ulp_below(values, binade_tops) / 2))
     sub32 = np.array([1, 2**10, 2**21, 2**22, 2**22 + 1, 2**22 + 2**21, 2**23 - 1], dtype=np.uint32).view(f32)
     v.add("float32 subnormal inputs are values, not zeros (no DAZ)", ["InputSubnormal"], signs(sub32))
-    magnitudes = np.exp(rng.uniform(np.log(tiny / 4), np.log(min(mx * 2, 3e38)), 256))
+    # Log-uniform magnitudes built exactly (mantissa times a power of two): np.exp and
+    # np.log round differently from one numpy version to the next.
+    top = min(mx * 2, 3e38)
+    exponents = rng.integers(np.frexp(tiny / 4)[1], np.frexp(top)[1] + 1, 256)
+    magnitudes = np.minimum(np.ldexp(rng.uniform(0.5, 1.0, 256), exponents), top)
     rand = magnitudes * (rng.choice([-1.0, 1.0], 256) if f.signed else 1.0)
     v.add("random float32 values across the format's range, as a 16x16 matrix", ["Random"], rand.reshape(16, 16))
 
@@ -1303,7 +1307,7 @@ def _int_vectors(bits: int) -> list[VectorSpec]:
                                 Case({"w": _int_ties(bits, scheme, rng)}, {"scheme": scheme})))
     qmax = (1 << bits) - 1
     lo = np.float32(-6.5 / 16)  # scale exactly 1/16 and -lo/scale exactly 6.5 (a tie)
-    exact = np.linspace(lo, lo + np.float32(1 / 16) * qmax, 128, dtype=np.float32)
+    exact = (np.float64(lo) + np.arange(128) * (qmax / 16 / 127)).astype(np.float32)  # not linspace: its rounding varies by numpy version
     exact[0], exact[-1] = lo, np.float32(lo + np.float32(qmax / 16))
     specs.append(VectorSpec("asymmetric: the zero point -lo/scale is exactly k + 1/2 (rounds to even)",
                             ("ZeroPoint", "TiesToEven"), Case({"w": exact[None, :]}, {"scheme": "asymmetric"})))
