@@ -348,3 +348,60 @@ def test_bad_arguments_are_named(call, match):
     q, k, v = rng.standard_normal((1, 3, 4, 8)), rng.standard_normal((1, 5, 2, 8)), rng.standard_normal((1, 5, 2, 6))
     with pytest.raises((ValueError, TypeError), match=match):
         call(q, k, v)
+
+
+# ------------------------------------------------------------ EmptyRow classification ---
+
+def _empty_rows_by_loop(op_name, inputs, params):
+    """Whether some query row sees no key, by the element loop's own masking (sinks
+    removed, so such a row has LSE -inf and nothing else does)."""
+    window = {k: params[k] for k in ("causal", "window_left", "window_right", "sink_tokens") if k in params}
+    if op_name.endswith("varlen"):
+        cq, ck = inputs["cu_seqlens_q"], inputs["cu_seqlens_k"]
+        seqs = [(inputs["q"][None, cq[s]:cq[s + 1]], inputs["k"][None, ck[s]:ck[s + 1]],
+                 inputs["v"][None, ck[s]:ck[s + 1]], None) for s in range(len(cq) - 1)]
+    else:
+        seqs = [(inputs["q"], inputs["k"], inputs["v"], inputs.get("mask"))]
+    zero = lambda x: np.zeros(x.shape)  # noqa: E731  (NaN inputs must not hide a row)
+    return any(np.isneginf(loop_attention(zero(q), zero(k), zero(v), mask=m, **window)[1]).any()
+               for q, k, v, m in seqs)
+
+
+@pytest.mark.parametrize("op_name", ["attention.attend", "attention.attend_varlen"])
+def test_every_vector_with_an_empty_row_carries_the_flag(op_name):
+    from ref.testing.golden import load_vectors
+
+    checked = 0
+    for vec in load_vectors(op_name):
+        if vec.result != "valid":
+            continue
+        empty = _empty_rows_by_loop(op_name, vec.inputs, vec.params)
+        assert empty == ("EmptyRow" in vec.flags), f"vector {vec.id} ({vec.comment}): empty rows {empty}"
+        checked += empty
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("op_name", ["attention.attend", "attention.attend_varlen"])
+def test_case_flags_classify_random_examples(op_name):
+    from hypothesis import HealthCheck, settings
+
+    from ref.conformance.catalog import discover
+
+    op = discover()[op_name]
+    seen = set()
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(op.examples(op.defaults))
+    def check(case):
+        empty_row = _empty_rows_by_loop(op_name, case.inputs, case.params)
+        if op_name.endswith("varlen"):
+            lengths = np.diff(case.inputs["cu_seqlens_q"]).tolist() + np.diff(case.inputs["cu_seqlens_k"]).tolist()
+        else:
+            lengths = [case.inputs["q"].shape[1], case.inputs["k"].shape[1]]
+        empty_input = not lengths or 0 in lengths
+        assert op.case_flags(case) == ("EmptyRow",) * empty_row + ("EmptyInput",) * empty_input
+        seen.add((empty_row, empty_input))
+
+    check()
+    assert {flags[0] for flags in seen} == {True, False} and {flags[1] for flags in seen} == {True, False}

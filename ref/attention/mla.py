@@ -144,7 +144,7 @@ def _positions(lq: int, lk: int):
 
 def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
               causal: bool = False, scale: float | None = None,
-              rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+              rope_base: float | None = None, rope_scaling: Mapping | None = None,
               rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with keys and values decompressed per head (DeepSeek's `attn_impl="naive"`).
 
@@ -169,7 +169,7 @@ def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLi
 
 def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
                  causal: bool = False, scale: float | None = None,
-                 rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+                 rope_base: float | None = None, rope_scaling: Mapping | None = None,
                  rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with W^UK folded into the query and W^UV applied after attention
     (DeepSeek's `attn_impl="absorb"`): multi-query attention over the latent.
@@ -190,7 +190,7 @@ def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: Arra
 
 
 def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, positions: ArrayLike, *,
-                 rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+                 rope_base: float | None = None, rope_scaling: Mapping | None = None,
                  rope_style: str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's query: [(W^UK_h)^T q^C ; R_p q^R] -> [B, Lq, H, r + dr] (576 for DeepSeek).
 
@@ -205,7 +205,7 @@ def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, position
     return np.concatenate([q_latent, _rotate(q_pe, positions, rope_style, rope_base, rope_scaling)], axis=-1)
 
 
-def latent_cache(c_kv: ArrayLike, k_pe: ArrayLike, positions: ArrayLike, *, rope_base: float = 10000.0,
+def latent_cache(c_kv: ArrayLike, k_pe: ArrayLike, positions: ArrayLike, *, rope_base: float | None = None,
                  rope_scaling: Mapping | None = None, rope_style: str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's cache entries [c ; R_p k^R] -> [B, Lk, 1, r + dr] (one KV head).
 

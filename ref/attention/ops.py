@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from ref.attention import attend as _attend
 from ref.attention import emulate, flash, mla, rope
+from ref.attention.attend import visible_keys
 from ref.formats.minifloat import round_to
 from ref.testing.bounded import Bound, compare_bounded_parts
 from ref.testing.golden import Case, VectorSpec
@@ -45,6 +46,9 @@ FLAGS = {
                           "rows are normalized to 1 although the sink should absorb probability"),
     "SinkInLse": Flag("the sink counted in the LSE where the declared variant excludes it, or the reverse",
                       "merging partials or the backward pass uses a normalizer off by the sink's mass"),
+    "Accumulation": Flag("the softmax denominator or P.V accumulated in bfloat16 or float16",
+                         "a sum stalls once it is 2^8 (bfloat16) or 2^11 (float16) times its terms: rows of "
+                         "thousands of keys lose most of their mass"),
     "EmptyRow": Flag("a query row that sees no key divides 0 by 0 or spreads uniform weight",
                      "NaN or a mean of all values where the defined output is 0 and the LSE -inf"),
     "Window": Flag("a sliding-window edge off by one (W keys versus W+1) or aligned top-left",
@@ -73,6 +77,9 @@ FLAGS = {
                             "or the wrong base", "partial-rotary models rotate with the wrong wavelengths"),
     "RopeScaling": Flag("Llama-3 or YaRN frequency scaling off (a boundary, the ramp, the attention factor)",
                         "long-context models see distorted positions beyond the original context"),
+    "MscaleKeys": Flag("YaRN's attention factor read from the wrong key (mscale where transformers reads "
+                       "attention_factor, or the other way; the mscale ratio taken with one key missing)",
+                       "cos and sin scaled by a wrong factor: every logit of a long-context model off"),
     "RopePositions": Flag("positions taken as 0..L-1 instead of the given ids, or angles in low precision",
                           "decode steps, packed batches and long contexts get the wrong rotation"),
     "MlaWeights": Flag("W_UK and W_UV split or oriented wrongly in the absorbed form (W_UK transposed, "
@@ -191,9 +198,10 @@ def _attend_vectors() -> list[VectorSpec]:
     per_head[0, 1, 2] = False  # one row masked entirely
     add("explicit mask per batch and head, one row fully masked", ["ExplicitMask", "EmptyRow"],
         {**qkv, "mask": per_head})
-    add("explicit [Lq, Lk] mask broadcast over batch and heads, combined with causal", ["ExplicitMask"],
+    add("explicit [Lq, Lk] mask broadcast over batch and heads, combined with causal (a row emptied)",
+        ["ExplicitMask", "EmptyRow"],
         {**_qkv(rng, 2, 6, 6, 2, 2, 8), "mask": rng.random((6, 6)) < 0.7}, causal=True)
-    add("explicit mask [1, Hq, Lq, Lk]: one mask per head", ["ExplicitMask"],
+    add("explicit mask [1, Hq, Lq, Lk]: one mask per head (rows emptied)", ["ExplicitMask", "EmptyRow"],
         {**_qkv(rng, 2, 4, 5, 3, 1, 8), "mask": rng.random((1, 3, 4, 5)) < 0.5})
     add("all keys masked: every row output 0, LSE -inf", ["EmptyRow"],
         {**_qkv(rng, 1, 3, 4, 2, 2, 8), "mask": np.zeros((3, 4), dtype=bool)})
@@ -215,6 +223,15 @@ def _attend_vectors() -> list[VectorSpec]:
             {**_qkv(rng, 1, 5, 3, 2, 2, 8), "sinks": np.array([1.5, 0.25], np.float32)}, causal=True,
             sink_in_lse=choice)
     add("one key per row and D = 1", ["EmptyInput"], _qkv(rng, 3, 1, 1, 1, 1, 1))
+    large_sinks = {**_qkv(rng, 1, 3, 5, 2, 1, 8, std=0.5), "sinks": np.array([30, 100], np.float32)}
+    for choice in _attend.SINK_IN_LSE:
+        add(f"sink logits 30 and 100 over logits near 0, sink_in_lse={choice}: the LSE is the sink (30, 100) "
+            "or log of the key terms (about 1.6); exp(100) overflows float32 unless shifted by the sink",
+            ["LearnableSink", "SinkInLse", "LargeLogits"], large_sinks, sink_in_lse=choice)
+    long_row = _qkv(rng, 1, 2, 4096, 1, 1, 2, std=0.5)
+    long_row["v"] = round_to(2.0 + 0.5 * rng.standard_normal((1, 4096, 1, 4)), "bfloat16").astype(np.float32)
+    add("4096 keys of nearly equal weight, values near 2: sums of P and P.V stall in a bfloat16 or float16 "
+        "accumulator", ["Accumulation", "TileLoop"], long_row)
     # Long rows: a kernel's tile loop (FlashAttention's 64- or 128-key tiles; 16 in
     # small kernels) only shows its bugs past one tile: masks applied to the first tile
     # only, tile-skip bounds aligned top-left, a window's first tile taken from the
@@ -296,8 +313,9 @@ def _attend_case(draw, supported, varlen=False):
     if draw(st.booleans(), label="scale?"):
         params["scale"] = draw(st.sampled_from([0.125, 0.3, 1.0]), label="scale")
     inputs = {}
-    if draw(st.booleans(), label="sinks?"):
-        inputs["sinks"] = grid(rng, (hq,), 2.0)
+    if draw(st.booleans(), label="sinks?"):  # now and then dominant, past exp's float32 range (88)
+        offset = draw(st.sampled_from([0.0, 0.0, 100.0]), label="sink offset")
+        inputs["sinks"] = round_to(offset + grid(rng, (hq,), 2.0), "bfloat16").astype(np.float32)
     if varlen:
         nseq = draw(st.integers(0, 3), label="sequences")
         top = 100 if draw(st.integers(0, 7), label="long?") == 0 else 8
@@ -321,6 +339,38 @@ def _attend_case(draw, supported, varlen=False):
                      label="mask shape")
         inputs["mask"] = rng.random(shape) < 0.7
     return Case(inputs, params)
+
+
+def _has_empty_row(lq: int, lk: int, params, mask=None) -> bool:
+    """Whether a query row of one sequence sees no key under the case's mask options."""
+    if lq == 0 or lk == 0:  # no rows, or rows that see nothing
+        return lq > 0
+    window = {k: params[k] for k in ("causal", "window_left", "window_right", "sink_tokens") if k in params}
+    visible = visible_keys(lq, lk, **window)
+    if mask is not None:
+        m = np.asarray(mask, dtype=bool)
+        visible = visible & (m if m.ndim == 2 else m.reshape(-1, lq, lk))
+    return bool((~visible.any(axis=-1)).any())
+
+
+def attend_case_flags(case: Case) -> tuple[str, ...]:
+    """The flags an attend or attend_varlen call exercises, from its shapes and masks:
+    "EmptyRow" when a query row sees no key, "EmptyInput" when a sequence has no
+    queries or no keys. A skip or xfail naming either covers random examples with it
+    (engines that mask with finfo.min return the mean of V in an empty row;
+    transformers' sdpa_attention_forward raises at Lq = 0)."""
+    inputs, params = case.inputs, case.params
+    if "cu_seqlens_q" in inputs:
+        cq = np.asarray(inputs["cu_seqlens_q"], np.int64)
+        ck = np.asarray(inputs["cu_seqlens_k"], np.int64)
+        lens = list(zip(np.diff(cq).tolist(), np.diff(ck).tolist()))
+        empty_row = any(_has_empty_row(lq, lk, params) for lq, lk in lens)
+        empty_input = not lens or any(0 in pair for pair in lens)
+    else:
+        lq, lk = np.shape(inputs["q"])[1], np.shape(inputs["k"])[1]
+        empty_row = _has_empty_row(lq, lk, params, inputs.get("mask"))
+        empty_input = 0 in (lq, lk)
+    return ("EmptyRow",) * empty_row + ("EmptyInput",) * empty_input
 
 
 # ---------------------------------------------------------------------------- varlen
@@ -476,6 +526,10 @@ ROPE_VARIANTS = (
     Variant("style", rope.ROPE_STYLES, "neox", "which dims pair up: rotate-half (neox) or interleaved (gptj)"),
     Variant("attention_factor", rope.ATTENTION_FACTORS, "cos_sin",
             "where YaRN's attention factor goes: into cos and sin, or left to the softmax scale"),
+    Variant("mscale_keys", rope.MSCALE_KEYS, "transformers",
+            "which keys YaRN's attention factor is read from: transformers (attention_factor, else the "
+            "mscale ratio when both are given, else 0.1 ln s + 1) or vLLM's DeepSeek rotary embedding "
+            "(mscale / mscale_all_dim, defaults 1 and 0)"),
 )
 DEEPSEEK_V3_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}
@@ -483,6 +537,11 @@ GPT_OSS_YARN = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embe
                 "beta_slow": 1.0, "truncate": False}
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
            "original_max_position_embeddings": 8192}
+
+
+# YaRN configurations whose attention factor the two key readers (MSCALE_KEYS) disagree on.
+_MSCALE_ALONE = tuple({"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 2048, **keys}
+                      for keys in ({"mscale": 0.707}, {"mscale_all_dim": 0.707}, {"attention_factor": 1.25}))
 
 
 def _rope_vectors() -> list[VectorSpec]:
@@ -516,7 +575,8 @@ def _rope_vectors() -> list[VectorSpec]:
         attention_factor="cos_sin")
     add("linear position interpolation, factor 4", ["RopeScaling"], grid(rng, (3, 1, 16)), [0, 5, 4000],
         scaling={"rope_type": "linear", "factor": 4.0})
-    add("YaRN with an explicit attention_factor 1.5 (the formula would give 1.21)", ["RopeScaling"], grid(rng, (3, 2, 32)), [0, 100, 9000],
+    add("YaRN with an explicit attention_factor 1.5 (the formula would give 1.21)", ["RopeScaling"],
+        grid(rng, (3, 2, 32)), [0, 100, 9000], mscale_keys="transformers",
         scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 2048,
                  "attention_factor": 1.5})
     add("YaRN with mscale 1.0 over mscale_all_dim 0.8: the factor is their ratio", ["RopeScaling"],
@@ -526,6 +586,31 @@ def _rope_vectors() -> list[VectorSpec]:
         grid(rng, (3, 1, 64)), [0, 4096, 100000], style="gptj",
         scaling={"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, "beta_fast": 32,
                  "beta_slow": 1})
+    # YaRN's attention factor as configs publish it and as engines read the keys:
+    # transformers reads attention_factor, else the mscale ratio only when both keys
+    # are set; vLLM's DeepSeek rotary embedding always takes the ratio (defaults 1
+    # and 0) and never reads attention_factor. Each key alone and together, per reader.
+    deepseek = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096}
+    for keys, what in (({"mscale": 0.707}, "mscale alone (0.707)"),
+                       ({"mscale_all_dim": 0.707}, "mscale_all_dim alone (0.707)"),
+                       ({"attention_factor": 1.25}, "attention_factor alone (1.25)"),
+                       ({"mscale": 0.707, "mscale_all_dim": 1.0, "attention_factor": 1.25}, "all three")):
+        for reader in rope.MSCALE_KEYS:
+            add(f"YaRN factor 40, {what}, attention factor in cos and sin as {reader} reads the keys",
+                ["RopeScaling", "MscaleKeys"], grid(rng, (3, 1, 16)), [0, 7, 50000], mscale_keys=reader,
+                attention_factor="cos_sin", scaling={**deepseek, **keys})
+    add("YaRN factor 40 with mscale 0.707 and mscale_all_dim 1.0: the ratio, read alike by every engine",
+        ["RopeScaling", "MscaleKeys"], grid(rng, (3, 1, 16)), [0, 7, 50000], attention_factor="cos_sin",
+        scaling={**deepseek, "mscale": 0.707, "mscale_all_dim": 1.0})
+    add("DeepSeek-V3's published rope_scaling (transformers 5 rope_parameters, rope_theta inside) with the "
+        "factor in cos and sin", ["RopeScaling", "MscaleKeys", "RopePairing"], grid(rng, (3, 1, 64)),
+        [1, 4097, 163839], style="gptj", attention_factor="cos_sin",
+        scaling={**DEEPSEEK_V3_YARN, "rope_theta": 10000.0})
+    add("transformers 5 rope_parameters: rope_theta 500000 and partial_rotary_factor 0.25 in the mapping",
+        ["RopeFrequencies"], grid(rng, (3, 1, 64)), [0, 31, 20000],
+        scaling={"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.25})
+    add("rope_theta in the mapping disagreeing with an explicit base", ["InvalidInput"], grid(rng, (2, 1, 8)),
+        [0, 1], result="invalid", base=10000.0, scaling={"rope_type": "default", "rope_theta": 500000.0})
     add("rotary_dim 0: the identity", ["RopeFrequencies"], grid(rng, (2, 1, 4)), [3, 9], rotary_dim=0)
     add("no tokens", ["EmptyInput"], grid(rng, (0, 2, 8)), np.zeros(0, np.int64))
     add("odd rotary_dim", ["InvalidInput"], grid(rng, (2, 1, 8)), [0, 1], result="invalid", rotary_dim=3)
@@ -549,7 +634,8 @@ def _rope_case(draw, supported):
     if draw(st.booleans(), label="base?"):
         params["base"] = draw(st.sampled_from([10000.0, 500000.0, 1e6]), label="base")
     params_scaling = draw(st.sampled_from([None, LLAMA31, DEEPSEEK_V3_YARN, GPT_OSS_YARN,
-                                           {"rope_type": "linear", "factor": 2.0}]), label="scaling")
+                                           {"rope_type": "linear", "factor": 2.0}, *_MSCALE_ALONE]),
+                          label="scaling")
     if params_scaling is not None:
         params["scaling"] = params_scaling
     shape = draw(st.sampled_from([(3, 2), (2, 4, 1), (1, 2, 3)]), label="shape")
@@ -632,7 +718,7 @@ def _mla_case(draw, supported):
                             draw(st.sampled_from([1.0, 3.0]), label="std")), params)
 
 
-def _mla_emulated(precision, q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal=False, scale=None, rope_base=10000.0,
+def _mla_emulated(precision, q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal=False, scale=None, rope_base=None,
                   rope_scaling=None, rope_style="gptj"):
     """The worse of MLA's two standard evaluations at `precision` (per output): the
     naive form (K and V up-projected and stored at `precision`) and the absorbed
@@ -676,12 +762,14 @@ def _ops() -> list[Op]:
            summary="scaled dot-product attention (GQA, masks, sinks, softcap) -> (out, lse)",
            spec=f"{_SPEC}#attend", variants=VARIANTS, vectors=_attend_vectors,
            examples=lambda supported: _attend_case(supported), compare=_compare(("out", "lse")),
-           array_format=_format, outputs=("out", "lse"), emulate=emulate.attend_emulated),
+           array_format=_format, outputs=("out", "lse"), emulate=emulate.attend_emulated,
+           case_flags=attend_case_flags),
         Op(name="attention.attend_varlen", kind=Kind.BOUNDED, oracle=_varlen_oracle,
            summary="attention over a packed batch of variable-length sequences -> (out, lse)",
            spec=f"{_SPEC}#attend_varlen", variants=VARIANTS, vectors=_varlen_vectors,
            examples=lambda supported: _attend_case(supported, varlen=True), compare=_compare(("out", "lse")),
-           array_format=_format, outputs=("out", "lse"), emulate=_varlen_emulated),
+           array_format=_format, outputs=("out", "lse"), emulate=_varlen_emulated,
+           case_flags=attend_case_flags),
         Op(name="attention.merge_states", kind=Kind.BOUNDED, oracle=flash.merge_states,
            summary="merge two split-KV partials (o, lse) -> (o, lse)",
            spec=f"{_SPEC}#merge_states", variants=(), vectors=_merge_vectors,
