@@ -85,10 +85,17 @@ def deepseek_softmax_scale(qk_head_dim: int, rope_scaling: Mapping | None = None
     d = _positive_int(qk_head_dim, "qk_head_dim")
     scale = d**-0.5
     if _rope_type(rope_scaling) == "yarn":
-        mscale_all_dim = rope_scaling.get("mscale_all_dim") or 0.0
         factor = rope_scaling.get("factor")
         if isinstance(factor, bool) or not isinstance(factor, (int, float, np.integer, np.floating)) or not factor > 0:
             raise ValueError(f"rope_scaling: a yarn scaling needs a positive 'factor', got {factor!r}")
+        mscale_all_dim = rope_scaling.get("mscale_all_dim")
+        if mscale_all_dim is not None:  # a string or a negative value is refused, not read as a number
+            if isinstance(mscale_all_dim, bool) or not isinstance(mscale_all_dim, (int, float, np.integer,
+                                                                                  np.floating)):
+                raise TypeError(f"mscale_all_dim: expected a number, got {type(mscale_all_dim).__name__} "
+                                f"{mscale_all_dim!r}")
+            if not mscale_all_dim >= 0:
+                raise ValueError(f"mscale_all_dim: expected a number >= 0, got {mscale_all_dim}")
         if mscale_all_dim:
             scale *= yarn_mscale(float(factor), float(mscale_all_dim)) ** 2
     return scale

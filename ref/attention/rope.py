@@ -61,6 +61,7 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")
 # rope_scaling keys per rope_type: (required, optional); "rope_type"/"type" and the
 # keys every type may carry (transformers 5's rope_parameters) not listed.
 _COMMON = ("rope_theta", "partial_rotary_factor")
+_MSCALES = ("mscale", "mscale_all_dim")
 _KEYS = {
     "default": ((), ()),
     "linear": (("factor",), ()),
@@ -103,7 +104,7 @@ def _scaling(scaling) -> tuple[str, dict]:
     if kind is not None and old is not None and kind != old:
         raise ValueError(f"rope_type: scaling gives rope_type {kind!r} and its old name type {old!r}")
     kind = kind if kind is not None else old
-    if kind not in ROPE_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
         raise ValueError(f"rope_type: expected one of {ROPE_TYPES}, got {kind!r}")
     required, optional = _KEYS[kind]
     for key in required:
@@ -112,6 +113,15 @@ def _scaling(scaling) -> tuple[str, dict]:
     unknown = sorted(set(cfg) - set(required) - set(optional))
     if unknown:
         raise ValueError(f"{unknown[0]}: not a key of rope_type {kind!r}; expected {required + optional}")
+    for key, value in cfg.items():  # every key checked, read or not: no silent fallbacks
+        if key == "truncate":
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"truncate: expected a bool, got {type(value).__name__} {value!r}")
+        elif key in _MSCALES:  # 0 means absent, as in transformers
+            if _real(value, key, positive=False) < 0:
+                raise ValueError(f"{key}: expected a number >= 0, got {value}")
+        else:
+            _real(value, key)
     return kind, cfg
 
 

@@ -85,9 +85,13 @@ def rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, a
     if r == 0:
         raise NotImplementedError("transformers has no RoPE with zero rotary dims")
     heads = x.shape[-2]
+    params = _rope_parameters(d, r, base, scaling)
+    # The context a scaled config declares (factor times the original): transformers
+    # warns when the two disagree, and reads only the explicit factor either way.
+    context = int(params.get("factor", 1) * params.get("original_max_position_embeddings", 1))
     config = GPTNeoXConfig(hidden_size=heads * d, num_attention_heads=heads, head_dim=d,
-                           max_position_embeddings=max(int(pos.max(initial=0)) + 1, 2),
-                           rope_parameters=_rope_parameters(d, r, base, scaling))
+                           max_position_embeddings=max(int(pos.max(initial=0)) + 1, 2, context),
+                           rope_parameters=params)
     embedding = GPTNeoXRotaryEmbedding(config)
     dtype = _TORCH[precision]
     t = torch.from_numpy(np.array(x, np.float32).reshape(1, -1, heads, d)).to(dtype).transpose(1, 2)  # [1, H, N, D]
