@@ -614,8 +614,6 @@ def _rope_vectors() -> list[VectorSpec]:
     add("transformers 5 rope_parameters: rope_theta 500000 and partial_rotary_factor 0.25 in the mapping",
         ["RopeFrequencies"], grid(rng, (3, 1, 64)), [0, 31, 20000],
         scaling={"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.25})
-    add("rope_theta in the mapping disagreeing with an explicit base", ["InvalidInput"], grid(rng, (2, 1, 8)),
-        [0, 1], result="invalid", base=10000.0, scaling={"rope_type": "default", "rope_theta": 500000.0})
     add("rotary_dim 0: the identity", ["RopeFrequencies"], grid(rng, (2, 1, 4)), [3, 9], rotary_dim=0)
     add("no tokens", ["EmptyInput"], grid(rng, (0, 2, 8)), np.zeros(0, np.int64))
     add("odd rotary_dim", ["InvalidInput"], grid(rng, (2, 1, 8)), [0, 1], result="invalid", rotary_dim=3)
@@ -626,6 +624,8 @@ def _rope_vectors() -> list[VectorSpec]:
                         Case({"x": grid(rng, (2, 1, 8)), "positions": np.array([0.0, 1.0])}), "invalid"))
     add("positions that do not broadcast to the tokens", ["InvalidInput"], grid(rng, (2, 3, 1, 8)), [0, 1],
         result="invalid")
+    add("rope_theta in the mapping disagreeing with an explicit base", ["InvalidInput"], grid(rng, (2, 1, 8)),
+        [0, 1], result="invalid", base=10000.0, scaling={"rope_type": "default", "rope_theta": 500000.0})
     return v
 
 
