@@ -123,7 +123,7 @@ def attend(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left
     if path == "sdpa" and (sinks is not None or softcap):
         raise NotImplementedError("sdpa_attention_forward has no sinks and no soft-capping")
     b, lq, hq, d = q.shape
-    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    lk, hkv = k.shape[1], k.shape[2]
     window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
     see = _visible(b, hq, lq, lk, mask, window)
     if path != "sdpa" and not see.any(axis=-1).all():
