@@ -320,6 +320,28 @@ def test_varlen_equals_attend_per_sequence(lengths, seed, causal):
     (lambda q, k, v: attend(q, k[[0, 0]], v), "k, v: expected batch"),
     (lambda q, k, v: attend(q, k, v, causal=True, window_right=1), "window_right"),
     (lambda q, k, v: attend(q, k, v, causal=1), "causal: expected a bool"),
+    (lambda q, k, v: attend(q, k, v, causal="false"), "causal: expected a bool"),
+    (lambda q, k, v: attend(q, k, v, window_left="3"), "window_left"),
+    (lambda q, k, v: attend(q, k, v, window_right=True), "window_right"),
+    (lambda q, k, v: attend(q, k, v, sink_tokens=1.0), "sink_tokens"),
+    (lambda q, k, v: attend(q, k, v, softcap="30"), "softcap"),
+    (lambda q, k, v: attend(q, k, v, softcap=True), "softcap"),
+    (lambda q, k, v: attend(q, k, v, softcap=float("inf")), "softcap"),
+    (lambda q, k, v: attend(q, k, v, scale="0.5"), "scale"),
+    (lambda q, k, v: attend(q, k, v, scale=True), "scale"),
+    (lambda q, k, v: attend(q, k, v, sink_in_lse=True), "sink_in_lse"),
+    (lambda q, k, v: attend(q, k, v, sink_in_lse="false"), "sink_in_lse"),
+    (lambda q, k, v: attend(q, k, v, lse_base=2), "lse_base"),
+    (lambda q, k, v: attend(q, k, v, sinks=np.zeros(4, np.int32)), "sinks"),
+    (lambda q, k, v: attend(q, k, v, mask=np.ones((3, 5), np.int8)), "mask: expected a bool"),
+    (lambda q, k, v: attend_varlen(q[0], k[0], v[0], [0, 3], [0, 5], causal="true"), "causal"),
+    (lambda q, k, v: attend_varlen(q[0], k[0], v[0], [0, 3], [0, 5], sink_in_lse="no"), "sink_in_lse"),
+    (lambda q, k, v: attend_varlen(q[0], k[0], v[0], [0, 3], [0, 5], window_left=None), "window_left"),
+    (lambda q, k, v: attend_varlen(q[0], k[0], v[0], np.array([0, 3], np.float32), [0, 5]), "cu_seqlens_q"),
+    (lambda q, k, v: attend_varlen(q[0], k[0], v[0], [0, 3], [0, 2, 5]), "cu_seqlens_k"),
+    (lambda q, k, v: merge_states(v[0], q[0, :, :, 0], v[0], q[0, :, :, 0], lse_base="10"), "lse_base"),
+    (lambda q, k, v: merge_states(v[0].astype(np.int32), v[0, :, :, 0], v[0], v[0, :, :, 0]), "o_a"),
+    (lambda q, k, v: merge_states(v[0], v[0, :, :, 0], v[0], v[0, :, :, 0].astype(np.int64)), "lse_b"),
     (lambda q, k, v: attend(q, k, v, window_left=-2), "window_left"),
     (lambda q, k, v: attend(q, k, v, window_left=1.5), "window_left"),
     (lambda q, k, v: attend(q, k, v, sink_tokens=-1), "sink_tokens"),
@@ -348,3 +370,60 @@ def test_bad_arguments_are_named(call, match):
     q, k, v = rng.standard_normal((1, 3, 4, 8)), rng.standard_normal((1, 5, 2, 8)), rng.standard_normal((1, 5, 2, 6))
     with pytest.raises((ValueError, TypeError), match=match):
         call(q, k, v)
+
+
+# ------------------------------------------------------------ EmptyRow classification ---
+
+def _empty_rows_by_loop(op_name, inputs, params):
+    """Whether some query row sees no key, by the element loop's own masking (sinks
+    removed, so such a row has LSE -inf and nothing else does)."""
+    window = {k: params[k] for k in ("causal", "window_left", "window_right", "sink_tokens") if k in params}
+    if op_name.endswith("varlen"):
+        cq, ck = inputs["cu_seqlens_q"], inputs["cu_seqlens_k"]
+        seqs = [(inputs["q"][None, cq[s]:cq[s + 1]], inputs["k"][None, ck[s]:ck[s + 1]],
+                 inputs["v"][None, ck[s]:ck[s + 1]], None) for s in range(len(cq) - 1)]
+    else:
+        seqs = [(inputs["q"], inputs["k"], inputs["v"], inputs.get("mask"))]
+    zero = lambda x: np.zeros(x.shape)  # noqa: E731  (NaN inputs must not hide a row)
+    return any(np.isneginf(loop_attention(zero(q), zero(k), zero(v), mask=m, **window)[1]).any()
+               for q, k, v, m in seqs)
+
+
+@pytest.mark.parametrize("op_name", ["attention.attend", "attention.attend_varlen"])
+def test_every_vector_with_an_empty_row_carries_the_flag(op_name):
+    from ref.testing.golden import load_vectors
+
+    checked = 0
+    for vec in load_vectors(op_name):
+        if vec.result != "valid":
+            continue
+        empty = _empty_rows_by_loop(op_name, vec.inputs, vec.params)
+        assert empty == ("EmptyRow" in vec.flags), f"vector {vec.id} ({vec.comment}): empty rows {empty}"
+        checked += empty
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("op_name", ["attention.attend", "attention.attend_varlen"])
+def test_case_flags_classify_random_examples(op_name):
+    from hypothesis import HealthCheck, settings
+
+    from ref.conformance.catalog import discover
+
+    op = discover()[op_name]
+    seen = set()
+
+    @settings(max_examples=60, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(op.examples(op.defaults))
+    def check(case):
+        empty_row = _empty_rows_by_loop(op_name, case.inputs, case.params)
+        if op_name.endswith("varlen"):
+            lengths = np.diff(case.inputs["cu_seqlens_q"]).tolist() + np.diff(case.inputs["cu_seqlens_k"]).tolist()
+        else:
+            lengths = [case.inputs["q"].shape[1], case.inputs["k"].shape[1]]
+        empty_input = not lengths or 0 in lengths
+        assert op.case_flags(case) == ("EmptyRow",) * empty_row + ("EmptyInput",) * empty_input
+        seen.add((empty_row, empty_input))
+
+    check()
+    assert {flags[0] for flags in seen} == {True, False} and {flags[1] for flags in seen} == {True, False}

@@ -227,6 +227,10 @@ def test_rows_see_only_their_past():
     assert np.array_equal(o1[:, 0], o2[:, 0]) and np.isnan(o2[:, 1]).all()
 
 
+YARN_ONLY_ALL_DIM = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+                     "mscale_all_dim": 1.0}
+
+
 @pytest.mark.parametrize("fn", [mla_naive, mla_absorbed])
 def test_errors(fn):
     rng = np.random.default_rng(0)
@@ -245,6 +249,19 @@ def test_errors(fn):
         ((q_nope, q_pe, c_kv, k_pe, w), {"scale": float("nan")}, ValueError, "scale"),
         ((q_nope, q_pe, c_kv, k_pe, w), {"rope_scaling": {"type": "yarn"}}, ValueError, "factor"),
         ((q_nope, q_pe, c_kv, k_pe, w), {"rope_scaling": 40}, TypeError, "rope_scaling"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"causal": "false"}, TypeError, "causal"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"causal": 0}, TypeError, "causal"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"scale": "0.1"}, TypeError, "scale"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"rope_base": "10000"}, TypeError, "base"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"rope_base": 10000.0, "rope_scaling": {"rope_type": "default",
+                                                                                "rope_theta": 5e5}},
+         ValueError, "rope_theta"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"rope_scaling": {**YARN_ONLY_ALL_DIM, "mscale_all_dim": "1"}}, TypeError,
+         "mscale_all_dim"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"rope_scaling": {**YARN_ONLY_ALL_DIM, "mscale_all_dim": -1.0}}, ValueError,
+         "mscale_all_dim"),
+        ((q_nope, q_pe, c_kv, k_pe, w), {"rope_scaling": {**YARN_ONLY_ALL_DIM, "truncate": "false"}}, TypeError,
+         "truncate"),
     ]
     for args, kwargs, error, word in cases:
         with pytest.raises(error, match=word):
@@ -277,3 +294,12 @@ def test_flashmla_pieces_errors():
     with pytest.raises(ValueError, match="n_heads"):
         kv_cache_values_per_token(n_heads=0)
     assert set(mla.__all__) >= {"mla_naive", "mla_absorbed", "flashmla_attend", "kv_cache_values_per_token"}
+
+
+def test_deepseek_softmax_scale_refuses_what_it_cannot_read():
+    from ref.attention.mla import deepseek_softmax_scale
+
+    for bad, error in (("1", TypeError), (True, TypeError), (-0.5, ValueError), (float("nan"), ValueError)):
+        with pytest.raises(error, match="mscale_all_dim"):
+            deepseek_softmax_scale(192, {**YARN_ONLY_ALL_DIM, "mscale_all_dim": bad})
+    assert deepseek_softmax_scale(192, {**YARN_ONLY_ALL_DIM, "mscale_all_dim": 0}) == 192**-0.5  # 0: absent

@@ -578,7 +578,32 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
     (lambda: apply_rope(X, P, scaling={**YARN, "beta_slow": 0}), ValueError, "beta_slow"),
     (lambda: apply_rope(X, P, scaling={**YARN, "truncate": "no"}), TypeError, "truncate"),
     (lambda: apply_rope(X, P, scaling={**YARN, "attention_factor": -1.0}), ValueError, "attention_factor"),
-    (lambda: apply_rope(X, P, scaling={**YARN, "rope_theta": 1e6}), ValueError, "rope_theta"),
+    (lambda: apply_rope(X, P, base=10000.0, scaling={**YARN, "rope_theta": 1e6}), ValueError, "base, rope_theta"),
+    (lambda: apply_rope(X, P, scaling={**YARN, "rope_theta": "1e6"}), TypeError, "rope_theta"),
+    (lambda: apply_rope(X, P, scaling={**YARN, "rope_theta": 0.5}), ValueError, "rope_theta"),
+    (lambda: apply_rope(X, P, rotary_dim=8, scaling={"rope_type": "default", "partial_rotary_factor": 0.5}),
+     ValueError, "rotary_dim, partial_rotary_factor"),
+    (lambda: apply_rope(X, P, scaling={"rope_type": "default", "partial_rotary_factor": 1.5}), ValueError,
+     "partial_rotary_factor"),
+    (lambda: apply_rope(X, P, scaling={"rope_type": "default", "partial_rotary_factor": True}), TypeError,
+     "partial_rotary_factor"),
+    (lambda: apply_rope(X, P, scaling={"rope_type": "default", "partial_rotary_factor": 0.25 / 2}), ValueError,
+     "rotary_dim"),
+    (lambda: apply_rope(X, P, mscale_keys="vllm"), ValueError, "mscale_keys"),
+    (lambda: apply_rope(X, P, scaling={**YARN, "mscale_all_dim": "1"}), TypeError, "mscale_all_dim"),  # unread
+    (lambda: apply_rope(X, P, scaling={**YARN, "mscale": -0.5}), ValueError, "mscale"),
+    (lambda: apply_rope(X, P, scaling={**YARN, "attention_factor": "1.2", "mscale": 1}), TypeError,
+     "attention_factor"),
+    (lambda: apply_rope(X, P, attention_factor="none", scaling={**YARN, "beta_fast": "32"}), TypeError,
+     "beta_fast"),
+    (lambda: apply_rope(X, P, style=None), ValueError, "style"),
+    (lambda: apply_rope(X, P.astype(bool)), TypeError, "positions"),
+    (lambda: apply_rope(X, P, rotary_dim="8"), TypeError, "rotary_dim"),
+    (lambda: apply_rope(X, P, rotary_dim=True), TypeError, "rotary_dim"),
+    (lambda: apply_rope(X, P, base="10000"), TypeError, "base"),
+    (lambda: apply_rope(X, P, scaling={**YARN, "factor": "4"}), TypeError, "factor"),
+    (lambda: apply_rope(X, P, scaling={"rope_type": 3}), ValueError, "rope_type"),
+    (lambda: rope_frequencies(8, dtype="float16"), ValueError, "dtype"),
     (lambda: apply_rope(X, P, scaling={**LLAMA31, "beta_fast": 32}), ValueError, "beta_fast"),
     (lambda: apply_rope(X, P, scaling={**YARN, "mscale": "1", "mscale_all_dim": 1}), TypeError, "mscale"),
     (lambda: apply_rope(X, P, scaling={**YARN, "mscale": 1, "mscale_all_dim": -1}), ValueError, "mscale_all_dim"),
@@ -590,3 +615,45 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 def test_bad_input_names_the_argument(call, error, name):
     with pytest.raises(error, match=name):
         call()
+
+
+# ------------------------------------------------ transformers 5 rope_parameters ------
+
+def test_rope_theta_in_the_mapping_is_the_base():
+    x, pos = np.random.default_rng(1).standard_normal((4, 2, 16)), np.array([0, 3, 900, 70000])
+    params = {**LLAMA31, "rope_theta": 500000.0}  # as transformers 5 configs carry it
+    want = apply_rope(x, pos, base=500000.0, scaling=LLAMA31)
+    assert np.array_equal(apply_rope(x, pos, scaling=params), want)
+    assert np.array_equal(apply_rope(x, pos, base=500000.0, scaling=params), want)  # agreeing: fine
+    assert not np.allclose(apply_rope(x, pos, scaling=LLAMA31), want)  # the default base 10000 differs
+
+
+def test_partial_rotary_factor_in_the_mapping_sets_rotary_dim():
+    x, pos = np.random.default_rng(2).standard_normal((3, 1, 128)), np.array([1, 50, 4000])
+    params = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
+    got = apply_rope(x, pos, scaling=params)
+    assert np.array_equal(got, apply_rope(x, pos, rotary_dim=32))
+    assert np.array_equal(got[..., 32:], x[..., 32:])  # int(128 * 0.25) = 32 dims rotate, the rest pass
+    assert np.array_equal(apply_rope(x, pos, rotary_dim=32, scaling=params), got)
+
+
+def _mscale(s, m):
+    return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+
+@pytest.mark.parametrize("keys,transformers,vllm", [
+    ({}, _mscale(40, 1), _mscale(40, 1)),
+    ({"mscale": 0.707}, _mscale(40, 1), _mscale(40, 0.707)),
+    ({"mscale_all_dim": 0.707}, _mscale(40, 1), _mscale(40, 1) / _mscale(40, 0.707)),
+    ({"attention_factor": 1.25}, 1.25, _mscale(40, 1)),
+    ({"mscale": 1.0, "mscale_all_dim": 0.8}, _mscale(40, 1) / _mscale(40, 0.8), _mscale(40, 1) / _mscale(40, 0.8)),
+    ({"mscale": 1.0, "mscale_all_dim": 0.8, "attention_factor": 1.25}, 1.25, _mscale(40, 1) / _mscale(40, 0.8)),
+])
+def test_yarn_attention_factor_as_each_engine_reads_the_keys(keys, transformers, vllm):
+    """transformers 5.24 `_compute_yarn_parameters` and vLLM's DeepseekScalingRotaryEmbedding
+    (mscale default 1, mscale_all_dim default 0, attention_factor not read), written out here."""
+    cfg = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096, **keys}
+    assert rope_frequencies(64, scaling=cfg)[1] == pytest.approx(transformers, rel=1e-15)
+    assert rope_frequencies(64, scaling=cfg, mscale_keys="vllm_deepseek")[1] == pytest.approx(vllm, rel=1e-15)
+    x, pos = np.ones((1, 1, 8)), np.array([0])  # at position 0 the rotation is the factor times x
+    assert apply_rope(x, pos, scaling=cfg, mscale_keys="vllm_deepseek")[0, 0, 0] == pytest.approx(vllm, rel=1e-15)

@@ -85,10 +85,17 @@ def deepseek_softmax_scale(qk_head_dim: int, rope_scaling: Mapping | None = None
     d = _positive_int(qk_head_dim, "qk_head_dim")
     scale = d**-0.5
     if _rope_type(rope_scaling) == "yarn":
-        mscale_all_dim = rope_scaling.get("mscale_all_dim") or 0.0
         factor = rope_scaling.get("factor")
         if isinstance(factor, bool) or not isinstance(factor, (int, float, np.integer, np.floating)) or not factor > 0:
             raise ValueError(f"rope_scaling: a yarn scaling needs a positive 'factor', got {factor!r}")
+        mscale_all_dim = rope_scaling.get("mscale_all_dim")
+        if mscale_all_dim is not None:  # a string or a negative value is refused, not read as a number
+            if isinstance(mscale_all_dim, bool) or not isinstance(mscale_all_dim, (int, float, np.integer,
+                                                                                  np.floating)):
+                raise TypeError(f"mscale_all_dim: expected a number, got {type(mscale_all_dim).__name__} "
+                                f"{mscale_all_dim!r}")
+            if not mscale_all_dim >= 0:
+                raise ValueError(f"mscale_all_dim: expected a number >= 0, got {mscale_all_dim}")
         if mscale_all_dim:
             scale *= yarn_mscale(float(factor), float(mscale_all_dim)) ** 2
     return scale
@@ -144,7 +151,7 @@ def _positions(lq: int, lk: int):
 
 def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
               causal: bool = False, scale: float | None = None,
-              rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+              rope_base: float | None = None, rope_scaling: Mapping | None = None,
               rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with keys and values decompressed per head (DeepSeek's `attn_impl="naive"`).
 
@@ -169,7 +176,7 @@ def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLi
 
 def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
                  causal: bool = False, scale: float | None = None,
-                 rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+                 rope_base: float | None = None, rope_scaling: Mapping | None = None,
                  rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with W^UK folded into the query and W^UV applied after attention
     (DeepSeek's `attn_impl="absorb"`): multi-query attention over the latent.
@@ -190,7 +197,7 @@ def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: Arra
 
 
 def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, positions: ArrayLike, *,
-                 rope_base: float = 10000.0, rope_scaling: Mapping | None = None,
+                 rope_base: float | None = None, rope_scaling: Mapping | None = None,
                  rope_style: str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's query: [(W^UK_h)^T q^C ; R_p q^R] -> [B, Lq, H, r + dr] (576 for DeepSeek).
 
@@ -205,7 +212,7 @@ def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, position
     return np.concatenate([q_latent, _rotate(q_pe, positions, rope_style, rope_base, rope_scaling)], axis=-1)
 
 
-def latent_cache(c_kv: ArrayLike, k_pe: ArrayLike, positions: ArrayLike, *, rope_base: float = 10000.0,
+def latent_cache(c_kv: ArrayLike, k_pe: ArrayLike, positions: ArrayLike, *, rope_base: float | None = None,
                  rope_scaling: Mapping | None = None, rope_style: str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's cache entries [c ; R_p k^R] -> [B, Lk, 1, r + dr] (one KV head).
 

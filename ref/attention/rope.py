@@ -21,7 +21,10 @@ Which dims form pair i is the `style` (strings, as everywhere in the catalog):
 `scaling` is a Hugging Face `rope_scaling` mapping ("rope_type", or its old name
 "type"): "default", "linear" (inv_freq / factor), "llama3" (Llama 3.1, arXiv
 2407.21783) or "yarn" (arXiv 2309.00071, NTK-by-parts plus an attention factor);
-see `rope_frequencies` for the formulas. YaRN's attention factor multiplies cos and
+see `rope_frequencies` for the formulas. transformers 5's `rope_parameters` also
+carry "rope_theta" (the base) and "partial_rotary_factor" (rotary_dim = int(D *
+factor)): both are read, and an explicit `base` or `rotary_dim` that disagrees with
+them is a ValueError naming both. YaRN's attention factor multiplies cos and
 sin (`attention_factor="cos_sin"`, Hugging Face, gpt-oss) or is left to the caller
 (`"none"`: DeepSeek-V3 folds mscale^2 into the softmax scale instead).
 """
@@ -38,6 +41,7 @@ from ref.formats.minifloat import PRECISIONS, round_to
 
 __all__ = [
     "ATTENTION_FACTORS",
+    "MSCALE_KEYS",
     "ROPE_STYLES",
     "ROPE_TYPES",
     "apply_rope",
@@ -49,9 +53,15 @@ __all__ = [
 ROPE_STYLES = ("neox", "gptj")
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 ATTENTION_FACTORS = ("cos_sin", "none")
+# Which keys YaRN's attention factor is read from (see `rope_frequencies`).
+MSCALE_KEYS = ("transformers", "vllm_deepseek")
+DEFAULT_BASE = 10000.0
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
 
-# rope_scaling keys per rope_type: (required, optional); "rope_type"/"type" not listed.
+# rope_scaling keys per rope_type: (required, optional); "rope_type"/"type" and the
+# keys every type may carry (transformers 5's rope_parameters) not listed.
+_COMMON = ("rope_theta", "partial_rotary_factor")
+_MSCALES = ("mscale", "mscale_all_dim")
 _KEYS = {
     "default": ((), ()),
     "linear": (("factor",), ()),
@@ -82,18 +92,19 @@ def _rotary_dim(rotary_dim, d: int | None = None) -> int:
 
 
 def _scaling(scaling) -> tuple[str, dict]:
-    """The rope_type and the checked keys of a rope_scaling mapping."""
+    """The rope_type and the checked keys of a rope_scaling mapping (the common keys
+    rope_theta and partial_rotary_factor removed: see `_common`)."""
     if scaling is None:
         return "default", {}
     if not isinstance(scaling, Mapping):
         raise TypeError(f"scaling: expected a Hugging Face rope_scaling mapping or None, got {type(scaling).__name__}")
-    cfg = {key: value for key, value in scaling.items() if value is not None}  # None means absent, as in HF
+    cfg = {key: value for key, value in scaling.items() if value is not None and key not in _COMMON}  # None: absent
     kind = cfg.pop("rope_type", None)
     old = cfg.pop("type", None)
     if kind is not None and old is not None and kind != old:
         raise ValueError(f"rope_type: scaling gives rope_type {kind!r} and its old name type {old!r}")
     kind = kind if kind is not None else old
-    if kind not in ROPE_TYPES:
+    if not isinstance(kind, str) or kind not in ROPE_TYPES:
         raise ValueError(f"rope_type: expected one of {ROPE_TYPES}, got {kind!r}")
     required, optional = _KEYS[kind]
     for key in required:
@@ -102,7 +113,46 @@ def _scaling(scaling) -> tuple[str, dict]:
     unknown = sorted(set(cfg) - set(required) - set(optional))
     if unknown:
         raise ValueError(f"{unknown[0]}: not a key of rope_type {kind!r}; expected {required + optional}")
+    for key, value in cfg.items():  # every key checked, read or not: no silent fallbacks
+        if key == "truncate":
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"truncate: expected a bool, got {type(value).__name__} {value!r}")
+        elif key in _MSCALES:  # 0 means absent, as in transformers
+            if _real(value, key, positive=False) < 0:
+                raise ValueError(f"{key}: expected a number >= 0, got {value}")
+        else:
+            _real(value, key)
     return kind, cfg
+
+
+def _common(scaling) -> dict:
+    """rope_theta and partial_rotary_factor of a transformers 5 rope_parameters mapping, checked."""
+    if not isinstance(scaling, Mapping):
+        return {}
+    out = {}
+    if scaling.get("rope_theta") is not None:
+        out["rope_theta"] = _real(scaling["rope_theta"], "rope_theta")
+        if out["rope_theta"] <= 1:
+            raise ValueError(f"rope_theta: expected a number > 1, got {out['rope_theta']}")
+    if scaling.get("partial_rotary_factor") is not None:
+        factor = _real(scaling["partial_rotary_factor"], "partial_rotary_factor")
+        if factor > 1:
+            raise ValueError(f"partial_rotary_factor: expected a fraction in (0, 1], got {factor}")
+        out["partial_rotary_factor"] = factor
+    return out
+
+
+def _base(base, scaling) -> float:
+    """The RoPE base: `base`, else scaling["rope_theta"], else 10000; the two must agree."""
+    theta = _common(scaling).get("rope_theta")
+    if base is None:
+        return DEFAULT_BASE if theta is None else theta
+    base = _real(base, "base")
+    if base <= 1:
+        raise ValueError(f"base: expected a number > 1, got {base}")
+    if theta is not None and theta != base:
+        raise ValueError(f"base, rope_theta: base = {base} and scaling['rope_theta'] = {theta} disagree")
+    return base
 
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -159,8 +209,12 @@ def _yarn(inv_freq, r, base, cfg):
     return inv_freq / work(factor) * (1 - extrapolation) + inv_freq * extrapolation
 
 
-def _yarn_attention_factor(cfg) -> float:
+def _yarn_attention_factor(cfg, mscale_keys: str) -> float:
     factor = _real(cfg["factor"], "factor")
+    if mscale_keys == "vllm_deepseek":  # vLLM's DeepseekScalingRotaryEmbedding: defaults 1 and 0, no attention_factor
+        mscale = _real(cfg.get("mscale", 1.0), "mscale", positive=False)
+        mscale_all_dim = _real(cfg.get("mscale_all_dim", 0.0), "mscale_all_dim", positive=False)
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
     if "attention_factor" in cfg:
         return _real(cfg["attention_factor"], "attention_factor")
     mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
@@ -180,7 +234,8 @@ def _power(base: np.floating, exponents: NDArray) -> NDArray:
 
 
 def rope_frequencies(
-    rotary_dim: int, *, base: float = 10000.0, scaling: Mapping | None = None, dtype: str = "float64"
+    rotary_dim: int, *, base: float | None = None, scaling: Mapping | None = None, dtype: str = "float64",
+    mscale_keys: str = "transformers",
 ) -> tuple[NDArray[np.float64], float]:
     """inv_freq [rotary_dim // 2] and the attention factor (1.0 unless YaRN).
 
@@ -204,15 +259,24 @@ def rope_frequencies(
              inv_freq * (1 - ramp_i) + inv_freq / factor * ramp_i
              defaults beta_fast 32, beta_slow 1, truncate True.
 
-    YaRN's attention factor: scaling["attention_factor"] if given; else
-    mscale(s, mscale) / mscale(s, mscale_all_dim) when both are given and non-zero
-    (DeepSeek); else mscale(s) = 0.1 ln s + 1 (1 for s <= 1), s = factor.
+    YaRN's attention factor, by `mscale_keys`, with mscale(s, m) = 0.1 m ln s + 1
+    (1 for s <= 1), s = factor:
+    "transformers"   scaling["attention_factor"] if given; else mscale(s, mscale) /
+                     mscale(s, mscale_all_dim) when both are given and non-zero
+                     (DeepSeek); else mscale(s, 1) (transformers 5.24
+                     `_compute_yarn_parameters`)
+    "vllm_deepseek"  mscale(s, mscale) / mscale(s, mscale_all_dim), defaults 1 and 0,
+                     attention_factor not read (vLLM's DeepseekScalingRotaryEmbedding)
+    The two agree when mscale and mscale_all_dim are both given and attention_factor
+    is not (every published DeepSeek config), and when none of the three is given.
+
+    `base` defaults to scaling["rope_theta"] (transformers 5), else 10000.
     """
     r = _rotary_dim(rotary_dim)
-    base = _real(base, "base")
-    if base <= 1:
-        raise ValueError(f"base: expected a number > 1, got {base}")
+    base = _base(base, scaling)
     kind, cfg = _scaling(scaling)
+    if mscale_keys not in MSCALE_KEYS:
+        raise ValueError(f"mscale_keys: expected one of {MSCALE_KEYS}, got {mscale_keys!r}")
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype: expected 'float64' or 'float32', got {dtype!r}")
     work = np.dtype(dtype).type
@@ -223,11 +287,29 @@ def rope_frequencies(
     elif kind == "llama3":
         inv_freq = _llama3(inv_freq, cfg)
     elif kind == "yarn":
-        inv_freq, factor = _yarn(inv_freq, r, base, cfg), _yarn_attention_factor(cfg)
+        inv_freq, factor = _yarn(inv_freq, r, base, cfg), _yarn_attention_factor(cfg, mscale_keys)
     return inv_freq.astype(np.float64), factor
 
 
-def _check(x, positions, rotary_dim, style, attention_factor):
+def _resolve_rotary_dim(rotary_dim, d: int, scaling) -> int:
+    """rotary_dim, else int(D * partial_rotary_factor) (transformers 5), else D; the
+    explicit and the implied one must agree."""
+    fraction = _common(scaling).get("partial_rotary_factor")
+    implied = None if fraction is None else int(d * fraction)
+    if rotary_dim is None:
+        r = d if implied is None else implied
+        if r % 2:
+            what = "the head dim D" if implied is None else f"int(D * partial_rotary_factor) = int({d} * {fraction})"
+            raise ValueError(f"rotary_dim: the default is {what} = {r}, which is odd; pass an even rotary_dim")
+        return r
+    r = _rotary_dim(rotary_dim, d)
+    if implied is not None and implied != r:
+        raise ValueError(f"rotary_dim, partial_rotary_factor: rotary_dim = {r} but int(D * partial_rotary_factor) "
+                         f"= int({d} * {fraction}) = {implied}")
+    return r
+
+
+def _check(x, positions, rotary_dim, style, attention_factor, scaling=None):
     """x as a float64 array, positions broadcast to its token shape, r."""
     arr = np.asarray(x)
     if arr.dtype.name not in _FLOATS:
@@ -245,10 +327,7 @@ def _check(x, positions, rotary_dim, style, attention_factor):
                          f"x [*S, H, D] = {arr.shape}, got {pos.shape}") from None
     if pos.size and pos.min() < 0:
         raise ValueError(f"positions: expected token indices >= 0, got minimum {pos.min()}")
-    d = arr.shape[-1]
-    r = d if rotary_dim is None else _rotary_dim(rotary_dim, d)
-    if r % 2:
-        raise ValueError(f"rotary_dim: the default is the head dim D = {d}, which is odd; pass an even rotary_dim")
+    r = _resolve_rotary_dim(rotary_dim, arr.shape[-1], scaling)
     if style not in ROPE_STYLES:
         raise ValueError(f"style: expected one of {ROPE_STYLES}, got {style!r}")
     if attention_factor not in ATTENTION_FACTORS:
@@ -267,22 +346,26 @@ def apply_rope(
     positions: ArrayLike,
     *,
     rotary_dim: int | None = None,
-    base: float = 10000.0,
+    base: float | None = None,
     style: str = "neox",
     scaling: Mapping | None = None,
     attention_factor: str = "cos_sin",
+    mscale_keys: str = "transformers",
 ) -> NDArray[np.float64]:
     """x rotated by its positions, in float64.
 
     x [*S, H, D] (float16, bfloat16, float32 or float64); positions: integer token
     indices >= 0, broadcastable to S (x [B, L, H, D] with positions [B, L] or [L];
     x [T, H, D] with positions [T]). The first rotary_dim dims of each head rotate
-    (default D; even, <= D; 0 is the identity); the rest pass through. Returns
+    (default D, or int(D * scaling["partial_rotary_factor"]); even, <= D; 0 is the
+    identity); the rest pass through. `base` defaults to scaling["rope_theta"], else
+    10000. `mscale_keys` says which keys YaRN's attention factor is read from (see
+    `rope_frequencies`). Returns
     [*S, H, D] float64. Non-finite inputs follow IEEE arithmetic of the formula: an
     Inf in a pair makes its partner NaN wherever the Inf is multiplied by sin = 0.
     """
-    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor)
-    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling)
+    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor, scaling)
+    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling, mscale_keys=mscale_keys)
     theta = pos[..., None].astype(np.float64) * inv_freq  # [*S, r/2]
     cos, sin = np.cos(theta)[..., None, :], np.sin(theta)[..., None, :]  # [*S, 1, r/2]
     if attention_factor == "cos_sin":
@@ -302,10 +385,11 @@ def apply_rope_emulated(
     precision: str,
     *,
     rotary_dim: int | None = None,
-    base: float = 10000.0,
+    base: float | None = None,
     style: str = "neox",
     scaling: Mapping | None = None,
     attention_factor: str = "cos_sin",
+    mscale_keys: str = "transformers",
 ) -> NDArray[np.float64]:
     """`apply_rope` as a kernel at `precision` computes it (values returned as float64).
 
@@ -320,13 +404,14 @@ def apply_rope_emulated(
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    options = dict(rotary_dim=rotary_dim, base=base, style=style, scaling=scaling, attention_factor=attention_factor)
+    options = dict(rotary_dim=rotary_dim, base=base, style=style, scaling=scaling, attention_factor=attention_factor,
+                   mscale_keys=mscale_keys)
     if precision == "float64":
         return apply_rope(x, positions, **options)
-    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor)
+    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor, scaling)
     exact = apply_rope(x, positions, **options)
     tries = [_rotate_at(xf, pos, r, precision, style, attention_factor, *rope_frequencies(
-        r, base=base, scaling=scaling, dtype=dtype)) for dtype in ("float64", "float32")]
+        r, base=base, scaling=scaling, dtype=dtype, mscale_keys=mscale_keys)) for dtype in ("float64", "float32")]
     errors = [np.max(np.abs(t - exact), initial=0.0, where=np.isfinite(exact)) for t in tries]
     return tries[int(np.argmax(errors))]
 

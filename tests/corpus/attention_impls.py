@@ -29,6 +29,15 @@ def _lowp(x, precision):
     return round_to(np.asarray(x, np.float64), precision).astype(np.float32)
 
 
+def _running_sum(terms, precision):
+    """Sum over the last axis but one, key by key, every partial sum stored at
+    `precision` (an accumulator register of that type)."""
+    acc = np.zeros(terms.shape[:-2] + terms.shape[-1:], np.float32)
+    for j in range(terms.shape[-2]):
+        acc = _lowp(acc + terms[..., j, :], precision)
+    return acc
+
+
 def _validate(q, k, v, sinks, mask, causal, window_right, softcap):
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if np.asarray(arr).dtype.kind != "f":
@@ -97,16 +106,21 @@ def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                     mx = np.full(lq, s.max(initial=-np.inf), np.float32)
                 else:
                     mx = s.max(axis=1, initial=-np.inf)
-                if sink is not None and "no max subtraction" not in bugs:
+                m_keys = mx
+                if sink is not None and not {"no max subtraction", "sink shifted by the key maximum"} & bugs:
                     mx = np.maximum(mx, sink)
                 shift = np.where(np.isinf(mx) & (mx < 0) & ("empty row NaN" not in bugs), 0, mx).astype(np.float32)
                 e = np.where(vis, np.exp(s - shift[:, None]), 0).astype(np.float32)
                 keys = e.sum(axis=1)
+                if "denominator in bfloat16" in bugs:
+                    keys = _running_sum(e[:, :, None], "bfloat16")[:, 0]
                 z = keys.copy()
                 if sink is not None and "sink not in normalizer" not in bugs:
                     z = z + np.exp(sink - shift)
                 p = e if precision == "float32" else _lowp(e, precision)
                 o = p @ v[b, :, kv]
+                if "P.V in float16" in bugs:
+                    o = _running_sum(p[:, :, None] * v[b, None, :, kv], "float16")
                 if "empty row NaN" in bugs:
                     o = o / z[:, None]
                 elif "empty row uniform" in bugs:
@@ -115,10 +129,15 @@ def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                 else:
                     o = np.where(z[:, None] == 0, 0, o / np.where(z == 0, 1, z)[:, None])
                 out[b, :, h] = o
-                with_sink = sink_in_lse == "included"
+                with_sink = sink_in_lse == "included" and "sink excluded from the LSE" not in bugs
                 if "sink LSE swapped" in bugs:
                     with_sink = not with_sink
                 total = z if (sink is not None and with_sink) else keys
+                if sink is not None and not with_sink and "keys' LSE under the sink's shift" not in bugs:
+                    # the keys alone, shifted by their own maximum: a dominant sink (exp(s - 100))
+                    # would underflow them
+                    shift = np.where(np.isneginf(m_keys), 0, m_keys).astype(np.float32)
+                    total = np.where(vis, np.exp(s - shift[:, None]), 0).astype(np.float32).sum(axis=1)
                 lse[b, h] = np.where(total == 0, -np.inf, shift + np.log(np.where(total == 0, 1, total)))
     return round_to(out, precision).astype(_DTYPES[precision]), lse
 
@@ -212,8 +231,8 @@ def naive_merge(o_a, lse_a, o_b, lse_b, *, bugs=frozenset(), precision="float32"
     return round_to(o, precision).astype(_DTYPES[precision]), lse.astype(np.float32)
 
 
-def naive_rope(x, positions, rotary_dim=None, base=10000.0, style="neox", scaling=None, attention_factor="cos_sin",
-               *, bugs=frozenset(), precision="float32"):
+def naive_rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, attention_factor="cos_sin",
+               mscale_keys="transformers", *, bugs=frozenset(), precision="float32"):
     """RoPE as a float32 kernel: angles in float32, each pair rotated by index
     arithmetic; frequencies from the config (`rope_frequencies`)."""
     x = np.asarray(x)
@@ -221,16 +240,23 @@ def naive_rope(x, positions, rotary_dim=None, base=10000.0, style="neox", scalin
     if x.dtype.kind != "f" or pos.dtype.kind not in "iu":
         raise TypeError("x float, positions integers")
     d = x.shape[-1]
-    r = d if rotary_dim is None else rotary_dim
+    fraction = (scaling or {}).get("partial_rotary_factor")
+    r = rotary_dim if rotary_dim is not None else d if fraction is None else int(d * fraction)
     if r % 2 or r > d or r < 0 or (pos.size and pos.min() < 0):
         raise ValueError("bad rotary_dim or positions")
+    theta = (scaling or {}).get("rope_theta")
+    if base is not None and theta is not None and base != theta:
+        raise ValueError("base and rope_theta disagree")
+    if "mscale keys swapped" in bugs:
+        mscale_keys = {"transformers": "vllm_deepseek", "vllm_deepseek": "transformers"}[mscale_keys]
+    frequencies = dict(base=base, scaling=scaling, mscale_keys=mscale_keys)
     pos = np.broadcast_to(pos, x.shape[:-2])
     xs = _lowp(x, precision)
     if "exponent over the head dim" in bugs and r != d:
-        inv_full, factor = rope_frequencies(d, base=base, scaling=scaling)
+        inv_full, factor = rope_frequencies(d, **frequencies)
         inv = inv_full[: r // 2]
     else:
-        inv, factor = rope_frequencies(r, base=base, scaling=scaling)
+        inv, factor = rope_frequencies(r, **frequencies)
     if "positions ignored" in bugs:
         pos = np.broadcast_to(np.arange(pos.shape[-1]) if pos.ndim else pos, pos.shape)
     angle = pos[..., None].astype(np.float32) * inv.astype(np.float32)
@@ -251,7 +277,8 @@ def naive_rope(x, positions, rotary_dim=None, base=10000.0, style="neox", scalin
     return round_to(out, precision).astype(_DTYPES[precision])
 
 
-def hf_rope_bf16(x, positions, rotary_dim=None, base=10000.0, style="neox", scaling=None, attention_factor="cos_sin"):
+def hf_rope_bf16(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, attention_factor="cos_sin",
+                 mscale_keys="transformers"):
     """Hugging Face's eager path at bfloat16: cos and sin cast to bfloat16, then
     x * cos + rotate_half(x) * sin in bfloat16 arithmetic (every product and sum rounded)."""
     if style != "neox":
@@ -259,11 +286,12 @@ def hf_rope_bf16(x, positions, rotary_dim=None, base=10000.0, style="neox", scal
     x = np.asarray(x)
     pos = np.broadcast_to(np.asarray(positions), x.shape[:-2])
     d = x.shape[-1]
-    r = d if rotary_dim is None else rotary_dim
+    fraction = (scaling or {}).get("partial_rotary_factor")
+    r = rotary_dim if rotary_dim is not None else d if fraction is None else int(d * fraction)
     if r % 2 or r > d or (pos.size and pos.min() < 0) or np.asarray(positions).dtype.kind not in "iu":
         raise ValueError("bad arguments")
     bf = lambda v: round_to(v, "bfloat16")  # noqa: E731
-    inv, factor = rope_frequencies(r, base=base, scaling=scaling)
+    inv, factor = rope_frequencies(r, base=base, scaling=scaling, mscale_keys=mscale_keys)
     emb = np.concatenate([inv, inv]).astype(np.float32)
     angle = pos[..., None].astype(np.float32) * emb
     cos, sin = np.cos(angle), np.sin(angle)
@@ -277,7 +305,7 @@ def hf_rope_bf16(x, positions, rotary_dim=None, base=10000.0, style="neox", scal
     return out.astype(ml_dtypes.bfloat16)
 
 
-def naive_mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=10000.0, rope_scaling=None,
+def naive_mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=None, rope_scaling=None,
               rope_style="gptj", *, bugs=frozenset(), precision="float32"):
     """The absorbed form, as FlashMLA-style serving runs it: query projected into the
     latent, one shared KV head of [latent, rotated rope part], values the latent,
@@ -330,7 +358,8 @@ def naive_impl(precision="float32", bugs=frozenset(), name=None):
          "attention.rope": lambda **kw: naive_rope(**kw, bugs=bugs, precision=precision),
          "attention.mla": lambda **kw: naive_mla(**kw, bugs=bugs, precision=precision)},
         variants={"attention.attend*": ALL, "attention.rope": {"style": ["neox", "gptj"],
-                                                              "attention_factor": ["cos_sin", "none"]},
+                                                              "attention_factor": ["cos_sin", "none"],
+                                                              "mscale_keys": ["transformers", "vllm_deepseek"]},
                   "attention.mla": {"rope_style": ["gptj", "neox"]}})
 
 
@@ -357,6 +386,14 @@ BUGS = {
     "scale 1/D": ({"scale 1/d"}, "bfloat16", "Scale", "attention.attend"),
     "soft-cap after masking": ({"softcap after mask"}, "bfloat16", "Softcap", "attention.attend"),
     "sink in the LSE swapped": ({"sink LSE swapped"}, "float32", "SinkInLse", "attention.attend"),
+    "sink excluded from the LSE": ({"sink excluded from the LSE"}, "float32", "SinkInLse", "attention.attend"),
+    "keys' LSE under the sink's shift":
+        ({"keys' LSE under the sink's shift"}, "float32", "SinkInLse", "attention.attend"),
+    "sink shifted by the key maximum":
+        ({"sink shifted by the key maximum"}, "float32", "LearnableSink", "attention.attend"),
+    "softmax denominator accumulated in bfloat16":
+        ({"denominator in bfloat16"}, "bfloat16", "Accumulation", "attention.attend"),
+    "P.V accumulated in float16": ({"P.V in float16"}, "float16", "Accumulation", "attention.attend"),
     "sink logit scaled": ({"sink scaled"}, "bfloat16", "LearnableSink", "attention.attend"),
     "sink left out of the normalizer": ({"sink not in normalizer"}, "bfloat16", "LearnableSink", "attention.attend"),
     "window one key too wide": ({"window one key too wide"}, "bfloat16", "Window", "attention.attend"),
@@ -378,6 +415,8 @@ BUGS = {
     "RoPE positions ignored": ({"positions ignored"}, "bfloat16", "RopePositions", "attention.rope"),
     "RoPE angles in bfloat16": ({"angles in bfloat16"}, "float32", "RopePositions", "attention.rope"),
     "YaRN attention factor dropped": ({"attention factor dropped"}, "bfloat16", "RopeScaling", "attention.rope"),
+    "YaRN mscale keys read as the other engine does":
+        ({"mscale keys swapped"}, "bfloat16", "MscaleKeys", "attention.rope"),
     "MLA absorbed with W_UK transposed": ({"W_UK transposed"}, "bfloat16", "MlaWeights", "attention.mla"),
     "MLA value rows taken first": ({"value rows first"}, "bfloat16", "MlaWeights", "attention.mla"),
     "RoPE applied to the latent": ({"RoPE on the latent"}, "bfloat16", "MlaRope", "attention.mla"),

@@ -62,17 +62,19 @@ def _merge(o_a, lse_a, o_b, lse_b):
     return o.astype(_F32), lse.astype(_F32)
 
 
-def _rope(x, positions, rotary_dim=None, base=10000.0, style="neox", scaling=None, attention_factor="cos_sin"):
+def _rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, attention_factor="cos_sin",
+          mscale_keys="transformers"):
     x = np.asarray(x)
     pos = np.asarray(positions)
     if x.dtype.kind != "f" or pos.dtype.kind not in "iu":
         raise TypeError("x: expected floats; positions: expected integers")
     d = x.shape[-1]
-    r = d if rotary_dim is None else rotary_dim
+    fraction = (scaling or {}).get("partial_rotary_factor")  # transformers 5 rope_parameters
+    r = rotary_dim if rotary_dim is not None else d if fraction is None else int(d * fraction)
     if isinstance(r, bool) or r < 0 or r > d or r % 2 or (pos.size and pos.min() < 0):
         raise ValueError("rotary_dim, positions: expected an even rotary_dim <= D and positions >= 0")
     pos = np.broadcast_to(pos, x.shape[:-2])
-    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling)
+    inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling, mscale_keys=mscale_keys)
     angle = pos[..., None].astype(np.float64) * inv_freq  # float64 angle, then float32 cos and sin
     gain = factor if attention_factor == "cos_sin" else 1.0
     cos, sin = (np.cos(angle) * gain).astype(_F32)[..., None, :], (np.sin(angle) * gain).astype(_F32)[..., None, :]
@@ -85,7 +87,7 @@ def _rope(x, positions, rotary_dim=None, base=10000.0, style="neox", scaling=Non
     return out
 
 
-def _mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=10000.0, rope_scaling=None,
+def _mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=None, rope_scaling=None,
          rope_style="gptj"):
     """The absorbed form: the query meets the latent cache, W_UV comes after."""
     lq, lk = np.shape(q_nope)[1], np.shape(c_kv)[1]

@@ -1,0 +1,123 @@
+"""PyTorch's `torch.nn.functional.scaled_dot_product_attention` on CPU as `attention.attend`
+and `attention.attend_varlen`, at bfloat16 (this module's OPS), float16 or float32
+(`implementation(precision)`, or the attributes FLOAT16 and FLOAT32 for `--impl
+ref.conformance.adapters.torch_sdpa:FLOAT16`).
+
+torch is imported when this module is: `python -m ref conform --impl
+ref.conformance.adapters.torch_sdpa` loads it; nothing in `ref` imports it.
+
+How the catalog's call maps onto SDPA:
+- the visible-key mask (causal, window, sink tokens, an explicit mask) is built with
+  `visible_keys` and passed as a boolean `attn_mask`: SDPA's own `is_causal` aligns
+  top-left, the catalog bottom-right (spec/attention.md, "Engines");
+- GQA by `enable_gqa=True` (query head h reads KV head h // (Hq / Hkv), as the spec's);
+- SDPA returns no LSE: the adapter computes it in float32 with `torch.logsumexp` over
+  the same stored q and k, so only the output is SDPA's own arithmetic;
+- SDPA has no learnable sinks and no soft-capping: such cases raise
+  NotImplementedError (counted as skipped);
+- a row that sees no key: SDPA's own answer (0 on CPU since torch 2.5), not patched.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from ref.attention.attend import visible_keys
+from ref.conformance.implementation import Implementation
+
+NAME = f"torch {torch.__version__} scaled_dot_product_attention (CPU, bfloat16)"
+VERSION = torch.__version__
+
+_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+_NUMPY = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
+_VARIANTS = {"sink_in_lse": ["included", "excluded"]}  # no sinks: both read alike
+
+
+def _check(q, k, v, mask):
+    """The argument checks SDPA does not make in the catalog's terms (it would broadcast)."""
+    for name, arr in (("q", q), ("k", k), ("v", v)):
+        if arr.dtype.kind != "f":
+            raise TypeError(f"{name}: expected floats, got {arr.dtype}")
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError("q, k, v: expected [B, L, H, D]")
+    if k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3] or k.shape[0] != q.shape[0]:
+        raise ValueError(f"q, k, v: shapes {q.shape}, {k.shape}, {v.shape} do not fit together")
+    if k.shape[2] == 0 or q.shape[2] % k.shape[2]:
+        raise ValueError("k: its KV heads must divide the query heads")
+    if mask is not None and np.asarray(mask).dtype != np.bool_:
+        raise TypeError("mask: expected bool")
+
+
+def _visible(b, hq, lq, lk, mask, window) -> np.ndarray:
+    see = visible_keys(lq, lk, **window)[None, None]
+    if mask is not None:
+        m = np.asarray(mask)
+        see = see & (m[None, None] if m.ndim == 2 else m)
+    return np.array(np.broadcast_to(see, (b, hq, lq, lk)))
+
+
+def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
+         sink_tokens=0, softcap=0.0, sink_in_lse="included", *, precision: str = "bfloat16"):
+    """One `attention.attend` call through SDPA at `precision` -> (out, lse)."""
+    if sinks is not None:
+        raise NotImplementedError("SDPA has no learnable sinks")
+    if softcap:
+        raise NotImplementedError("SDPA has no soft-capping")
+    q, k, v = (np.asarray(x) for x in (q, k, v))
+    _check(q, k, v, mask)
+    b, lq, hq, d = q.shape
+    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
+    see = torch.from_numpy(_visible(b, hq, lq, lk, mask, window))
+    t = [torch.from_numpy(np.array(x, np.float32)).to(_TORCH[precision]).transpose(1, 2) for x in (q, k, v)]
+    if not (lq and lk and d):  # nothing to attend: SDPA refuses empty operands
+        return (np.zeros((b, lq, hq, dv), _NUMPY[precision]),
+                np.full((b, hq, lq), -np.inf, np.float32))
+    out = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=see, scale=scale, enable_gqa=True)
+    scores = t[0].float() @ t[1].float().repeat_interleave(hq // hkv, dim=1).transpose(2, 3)
+    scores = scores * (d**-0.5 if scale is None else scale)
+    lse = torch.logsumexp(scores.masked_fill(~see, float("-inf")), dim=-1)
+    return out.transpose(1, 2).float().numpy().astype(_NUMPY[precision]), lse.numpy().astype(np.float32)
+
+
+def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, precision: str = "bfloat16", **options):
+    """`attention.attend_varlen` as one SDPA call per sequence."""
+    cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
+    if cq.dtype.kind not in "iu" or ck.dtype.kind not in "iu":
+        raise TypeError("cu_seqlens_q, cu_seqlens_k: expected integer offsets")
+    q, k, v = (np.asarray(x) for x in (q, k, v))
+    if cq.ndim != 1 or cq.shape != ck.shape or cq.size < 1 or cq[0] != 0 or ck[0] != 0 \
+            or np.any(np.diff(cq) < 0) or np.any(np.diff(ck) < 0) or cq[-1] != len(q) or ck[-1] != len(k):
+        raise ValueError("cu_seqlens_q, cu_seqlens_k: expected offsets from 0 to the packed lengths")
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ValueError("q, k, v: expected [T, H, D]")
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), _NUMPY[precision])
+    lse = np.zeros((q.shape[1], q.shape[0]), np.float32)
+    for s in range(cq.size - 1):
+        rows, keys = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
+        o, l = sdpa(q[None, rows], k[None, keys], v[None, keys], sinks, precision=precision, **options)
+        out[rows], lse[:, rows] = o[0], l[0]
+    if cq.size == 1:  # no sequences: still the argument checks
+        sdpa(q[None], k[None], v[None], sinks, precision=precision, **options)
+    return out, lse
+
+
+def implementation(precision: str) -> Implementation:
+    """SDPA at `precision` ("bfloat16", "float16" or "float32") as an implementation."""
+    if precision not in _TORCH:
+        raise ValueError(f"precision: expected one of {tuple(_TORCH)}, got {precision!r}")
+    return Implementation(
+        f"torch {torch.__version__} scaled_dot_product_attention (CPU, {precision})",
+        {"attention.attend": lambda **kw: sdpa(**kw, precision=precision),
+         "attention.attend_varlen": lambda **kw: sdpa_varlen(**kw, precision=precision)},
+        variants={"attention.attend*": _VARIANTS}, version=torch.__version__,
+        precision={"attention.attend*": precision}, source=f"{__name__}:implementation({precision!r})")
+
+
+OPS = implementation("bfloat16").ops
+VARIANTS = {"attention.attend*": _VARIANTS}
+PRECISION = {"attention.attend*": "bfloat16"}
+FLOAT16 = implementation("float16")
+FLOAT32 = implementation("float32")
