@@ -49,7 +49,10 @@ def boolean(value, name: str) -> bool:
 
 
 def positive_float32(value, name: str) -> np.float32:
-    """A real number (not bool) whose float32 value is positive and finite, as that float32."""
+    """A real number (not bool; a 0-d array of one too, as golden files store scalars)
+    whose float32 value is positive and finite, as that float32."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "fiu":
+        value = value[()]
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating)):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
     with np.errstate(over="ignore", under="ignore"):

@@ -38,7 +38,7 @@ def _entries():
     for name, e in formats_impls.MX_BUGS.items():
         out["MX_BUGS", name] = (lambda n=name: formats_impls.mx_bug(n), e[3], None)
     for name, e in formats_impls.NVFP4_BUGS.items():
-        out["NVFP4_BUGS", name] = (lambda n=name: formats_impls.nvfp4_bug(n), e[2], ["formats.nvfp4.quantize"])
+        out["NVFP4_BUGS", name] = (lambda n=name: formats_impls.nvfp4_bug(n), e[2], ["formats.nvfp4.*"])
     for name, (impl, flag) in groups_layouts.GROUP_LAYOUT_BUGS.items():
         out["GROUP_LAYOUT_BUGS", name] = (lambda i=impl: i, flag, None)
     for name, (impl, catcher) in kernel_bugs.KERNEL_BUGS.items():
