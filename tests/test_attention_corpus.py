@@ -16,9 +16,10 @@ OPS = ["attention.*"]
 # That each bug is rejected by a golden vector carrying its flag: test_runner_corpus_rule.py.
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float16", "float32"])
-@pytest.mark.parametrize("tiles", [(32, 16), (128, 64), (7, 3)])
+@pytest.mark.parametrize(("precision", "tiles"), [("bfloat16", (32, 16)), ("float16", (128, 64)),
+                                                  ("float32", (7, 3)), ("bfloat16", (7, 3))])
 def test_a_correct_tile_loop_passes(precision, tiles):
+    """Each precision and each tile shape at least once (test_correct_kernel_passes has more)."""
     bq, bk = tiles
     report = run(tiled_impl(precision=precision, bq=bq, bk=bk), ops=["attention.attend"], examples=10, shrink=False)
     assert report.ok, report.details()
