@@ -41,6 +41,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import integer
+
 __all__ = [
     "LSE_BASES",
     "MASKED_LSE",
@@ -69,14 +71,6 @@ def lse_from_base2(lse2: ArrayLike) -> NDArray[np.float64]:
     return np.asarray(lse2, dtype=np.float64) * math.log(2.0)
 
 
-def _int(value, name: str, low: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value}")
-    return int(value)
-
-
 def visible_keys(
     lq: int,
     lk: int,
@@ -92,9 +86,9 @@ def visible_keys(
     contradiction and raises. `sink_tokens` = n exempts keys 0..n-1 from the left edge
     (StreamingLLM's attention sinks); they still obey the right edge and causality.
     """
-    lq, lk = _int(lq, "lq", 0), _int(lk, "lk", 0)
-    left, right = _int(window_left, "window_left", -1), _int(window_right, "window_right", -1)
-    sink_tokens = _int(sink_tokens, "sink_tokens", 0)
+    lq, lk = integer(lq, "lq", minimum=0), integer(lk, "lk", minimum=0)
+    left, right = integer(window_left, "window_left", minimum=-1), integer(window_right, "window_right", minimum=-1)
+    sink_tokens = integer(sink_tokens, "sink_tokens", minimum=0)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__} {causal!r}")
     if causal:

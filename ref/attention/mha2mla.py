@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import integer
 from ref.attention.attend import _floats, attend
 from ref.attention.rope import apply_rope
 
@@ -80,19 +81,10 @@ class ConvertedLayer(NamedTuple):
     n_heads: int
 
 
-def _int(value, name: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name}: expected an integer {bound}, got {value}")
-    return int(value)
-
-
 def _weights(w_q, w_k, w_v, n_heads):
     """The three projections as float64, and (H, Hkv, d, hidden)."""
     w_q, w_k, w_v = _floats(w_q, "w_q", 2), _floats(w_k, "w_k", 2), _floats(w_v, "w_v", 2)
-    h = _int(n_heads, "n_heads", 1)
+    h = integer(n_heads, "n_heads", minimum=1)
     if w_q.shape[0] % h or (w_q.shape[0] // h) % 2 or w_q.shape[0] == 0:
         raise ValueError(f"w_q: expected [H * d, hidden] with H = {h} and an even d >= 2, got shape {w_q.shape}")
     d, hidden = w_q.shape[0] // h, w_q.shape[1]
@@ -138,11 +130,11 @@ def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, select
     "2norm"    the p highest `scores` [Hkv, d/2] per KV head (`pair_scores`); equal
                scores go to the faster pair (the lower f)
     """
-    d = _int(head_dim, "head_dim", 2)
+    d = integer(head_dim, "head_dim", minimum=2)
     if d % 2:
         raise ValueError(f"head_dim: expected an even head dim, got {d}")
-    half, hkv = d // 2, _int(n_kv_heads, "n_kv_heads", 1)
-    p = _int(rope_pairs, "rope_pairs", 0, half)
+    half, hkv = d // 2, integer(n_kv_heads, "n_kv_heads", minimum=1)
+    p = integer(rope_pairs, "rope_pairs", minimum=0, maximum=half)
     if selection not in SELECTIONS:
         raise ValueError(f"selection: expected one of {SELECTIONS}, got {selection!r}")
     f = np.arange(half)
@@ -154,7 +146,7 @@ def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, select
         if p and half % p:
             raise ValueError(f"rope_pairs: 'uniform' needs it to divide d/2 = {half}, got {p}")
         step = half // p if p else half
-        start = _int(uniform_start, "uniform_start", 0, step - 1)
+        start = integer(uniform_start, "uniform_start", minimum=0, maximum=step - 1)
         row = (f % step == start) if p else np.zeros(half, bool)
     else:
         if scores is None:
@@ -186,7 +178,7 @@ def joint_svd(w_k_nope: ArrayLike, w_v: ArrayLike, rank: int, *, svd: str = "wei
         raise ValueError(f"w_k_nope: expected [Rk, hidden] with hidden = {w_v.shape[1]} like w_v, "
                          f"got shape {w_k_nope.shape}")
     w = np.concatenate([w_k_nope, w_v])  # [Rk + Rv, hidden]
-    r = _int(rank, "rank", 1, min(w.shape))
+    r = integer(rank, "rank", minimum=1, maximum=min(w.shape))
     if svd not in SVD_METHODS:
         raise ValueError(f"svd: expected one of {SVD_METHODS}, got {svd!r}")
     if svd == "weights":
@@ -335,9 +327,9 @@ def kv_bytes_per_token(*, head_dim: int, n_kv_heads: int, rope_pairs: int, rank:
     head (p = 8) and d_kv = 64 per head (r = 2048): 16384 -> 5120 bytes in 16 bits
     (-68.75%), 1280 with a 4-bit KV cache (-92.19%, the paper's headline figure).
     """
-    d = _int(head_dim, "head_dim", 2)
-    hkv = _int(n_kv_heads, "n_kv_heads", 1)
-    p = _int(rope_pairs, "rope_pairs", 0, d // 2)
-    r = _int(rank, "rank", 1)
-    bits = _int(bits_per_value, "bits_per_value", 1)
+    d = integer(head_dim, "head_dim", minimum=2)
+    hkv = integer(n_kv_heads, "n_kv_heads", minimum=1)
+    p = integer(rope_pairs, "rope_pairs", minimum=0, maximum=d // 2)
+    r = integer(rank, "rank", minimum=1)
+    bits = integer(bits_per_value, "bits_per_value", minimum=1)
     return {"original": 2 * hkv * d * bits / 8, "converted": (r + hkv * 2 * p) * bits / 8}
