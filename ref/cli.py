@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -55,16 +56,29 @@ def _entries(path: str | None, kind: str):
     if not path:
         return []
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() or p.is_dir():  # /dev/null stands for no entries
         raise ValueError(f"--{kind}-file: no such file {path}")
     return parse_entries(p.read_text(), source=path)
+
+
+def _shipped_xfails(impl_spec: str) -> Path | None:
+    """The xfails file an adapter module ships beside itself (`name.py` -> `name.xfails`)."""
+    try:
+        found = importlib.util.find_spec(impl_spec.partition(":")[0])
+    except (ImportError, ValueError):
+        return None  # load_implementation names the problem
+    if found is None or not found.origin:
+        return None
+    path = Path(found.origin).with_suffix(".xfails")
+    return path if path.is_file() else None
 
 
 def _conform(args) -> int:
     impl_spec = args.impl or DEFAULT_IMPL
     xfails_path = args.xfails_file
-    if args.impl is None and xfails_path is None:
-        xfails_path = str(DEFAULT_XFAILS)
+    if xfails_path is None:
+        shipped = DEFAULT_XFAILS if args.impl is None else _shipped_xfails(impl_spec)
+        xfails_path = str(shipped) if shipped else None
     if args.timeout is not None and not args.isolate:
         raise ValueError("--timeout: only with --isolate (a call in process cannot be stopped)")
     impl = load_implementation(impl_spec)
@@ -135,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run each op's large cases (past 2^24 elements; seconds per op)")
     p.add_argument("--report", help="write a JSON report here")
     p.add_argument("--skips-file", help="lines 'op[/part] reason': not run")
-    p.add_argument("--xfails-file", help="lines 'op[/part] reason': expected to fail")
+    p.add_argument("--xfails-file", help="lines 'op[/part] reason': expected to fail (default: the .xfails file "
+                   "the --impl module ships beside itself, if any; /dev/null for none)")
     p.add_argument("--isolate", action="store_true",
                    help="run each op in a child process: a crash, exit or hang fails that op, not the run")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",

@@ -85,6 +85,18 @@ def test_skips_and_strict_xfails(tmp_path):
     assert strict.returncode == 1 and "strict" in strict.stdout
 
 
+def test_an_adapter_s_shipped_xfails_are_the_default(tmp_path):
+    (tmp_path / "away_adapter.py").write_text(
+        "from corpus.formats_impls import HALF_AWAY\n"
+        "OPS = {'formats.float8_e4m3fn.encode': HALF_AWAY.ops['formats.float8_e4m3fn.encode']}\n")
+    (tmp_path / "away_adapter.xfails").write_text("formats.float8_e4m3fn.encode  rounds ties away from zero\n")
+    args = ("conform", "--impl", "away_adapter", "--ops", "formats.float8_e4m3fn.encode", "--examples", "3")
+    shipped = ref_cli(*args, cwd=tmp_path)
+    assert shipped.returncode == 0 and "away_adapter.xfails" in shipped.stdout and "xfail" in shipped.stdout
+    bare = ref_cli(*args, "--xfails-file", os.devnull, cwd=tmp_path)
+    assert bare.returncode == 1 and "TiesToEven" in bare.stdout
+
+
 def test_conform_works_outside_the_checkout(tmp_path):
     result = ref_cli("conform", "--ops", "formats.float4_e2m1fn.decode", "--examples", "2", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
