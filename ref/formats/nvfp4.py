@@ -218,7 +218,9 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, global_scale: float | np.flo
     for name, a in (("codes", codes), ("scales", scales)):
         if a.dtype != np.uint8:
             raise TypeError(f"{name}: expected uint8, got {a.dtype}")
-    if codes.ndim < 1 or codes.shape[-1] % BLOCK or scales.shape != (*codes.shape[:-1], codes.shape[-1] // BLOCK):
+    if codes.ndim < 1 or codes.shape[-1] % BLOCK:
+        raise ValueError(f"codes: the last axis must be a multiple of {BLOCK}, got shape {codes.shape}")
+    if scales.shape != (*codes.shape[:-1], codes.shape[-1] // BLOCK):
         raise ValueError(f"scales: expected shape {(*codes.shape[:-1], codes.shape[-1] // BLOCK)} for codes of "
                          f"shape {codes.shape}, got {scales.shape}")
     with np.errstate(over="ignore"):

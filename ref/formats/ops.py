@@ -757,10 +757,31 @@ def _mx_vectors(elem: str) -> list[VectorSpec]:
         tie_rows = blk.reshape(-1, 32).copy()
         tie_rows[:, 0] = 2.0**emax * 1.5  # pins the scale exponent at X = 0 (floor rule)
         add("element ties round to even (scale pinned at 1)", ["TiesToEven"], tie_rows)
-    add("a 2x3x64 tensor, blocks along the last axis", ["Random"], rng.standard_normal((2, 3, 64)) * 5)
+    add("a 2x3x64 tensor, blocks along the last axis", ["Random", "InputRank"], rng.standard_normal((2, 3, 64)) * 5)
     add("empty input", ["EmptyInput"], np.zeros((0, 32)))
-    specs.append(VectorSpec("a last axis that is not a multiple of 32 is rejected", ("InvalidInput",),
-                            Case({"x": np.ones((2, 48), dtype=np.float32)}), "invalid"))
+    return specs + _mx_shape_vectors((rng.standard_normal((4, 64)) * 5).astype(np.float32))
+
+
+def _mx_shape_vectors(x: np.ndarray) -> list[VectorSpec]:
+    """Every input dtype and rank mx.quantize accepts, and what it refuses; x: float32 [4, 64]."""
+    half = np.float16([6e-8, -1.2e-7, 3e-5, 65504.0, -1.0, 0.0, 2.0**-14, -0.0] * 4)  # subnormals to max
+    specs = [
+        VectorSpec("float16 input (widened to float32 exactly)", ("Float16Input",),
+                   Case({"x": np.concatenate([x[:2].astype(np.float16), half[None, :].repeat(2, 1)])})),
+        VectorSpec("one row: a 1-d input", ("InputRank",), Case({"x": x[0]})),
+        VectorSpec("a 3-d float16 stack", ("InputRank", "Float16Input"),
+                   Case({"x": x.reshape(2, 2, 64).astype(np.float16)})),
+        VectorSpec("a 1-d empty input: no blocks", ("EmptyInput", "InputRank"), Case({"x": np.zeros(0, np.float32)})),
+        VectorSpec("rows of no values: no blocks", ("EmptyInput",), Case({"x": np.zeros((2, 0), np.float32)})),
+        VectorSpec("float64 input is rejected, not narrowed", ("InvalidInput",), Case({"x": x.astype(np.float64)}),
+                   "invalid"),
+        VectorSpec("integer input is rejected", ("InvalidInput",), Case({"x": np.ones((1, 32), np.int32)}), "invalid"),
+        VectorSpec("a 0-d input is rejected (it has no axis to block)", ("InvalidInput", "InputRank"),
+                   Case({"x": np.float32(1)}), "invalid"),
+    ]
+    for n in (48, 16, 33):
+        specs.append(VectorSpec(f"a last axis of {n} is rejected, not padded or cut to blocks of 32",
+                                ("InvalidInput", "RaggedGroup"), Case({"x": x[:2, :n]}), "invalid"))
     return specs
 
 
@@ -779,7 +800,40 @@ def _mx_dequant_vectors(elem: str) -> list[VectorSpec]:
                    Case({"codes": every, "scales": np.full((every.shape[0], 1), 127, np.uint8)})),
         VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
                    Case({"codes": codes_all, "scales": scales[:, :1]}), "invalid"),
+    ] + _mx_dequant_shape_vectors(codes_all, scales, bits)
+
+
+def _mx_dequant_shape_vectors(codes: np.ndarray, scales: np.ndarray, bits: int) -> list[VectorSpec]:
+    """Every rank mx.dequantize accepts, and what it refuses: dirty bits above an FP4/FP6
+    code (one vector per spare bit), wrong dtypes, a ragged last axis. codes [4, 64],
+    scales [4, 2]."""
+    c3, s3 = codes.reshape(2, 2, 64), scales.reshape(2, 2, 2)
+    specs = [
+        VectorSpec("one row: 1-d codes", ("InputRank",), Case({"codes": codes[1], "scales": scales[1]})),
+        VectorSpec("a 3-d stack", ("InputRank",), Case({"codes": c3, "scales": s3})),
+        VectorSpec("no rows", ("EmptyInput",), Case({"codes": codes[:0], "scales": scales[:0]})),
+        VectorSpec("rows of no codes: no blocks", ("EmptyInput",),
+                   Case({"codes": codes[:, :0], "scales": scales[:, :0]})),
+        VectorSpec("int8 codes are rejected (uint8 expected)", ("InvalidInput",),
+                   Case({"codes": codes[:1, :32].view(np.int8), "scales": scales[:1, :1]}), "invalid"),
+        VectorSpec("int32 scales are rejected", ("InvalidInput",),
+                   Case({"codes": codes[:1, :32], "scales": scales[:1, :1].astype(np.int32)}), "invalid"),
+        VectorSpec("0-d codes are rejected", ("InvalidInput", "InputRank"),
+                   Case({"codes": codes[0, 0], "scales": scales[0, 0]}), "invalid"),
+        VectorSpec("scales of a 2-d shape for 3-d codes are rejected", ("InvalidInput", "InputRank"),
+                   Case({"codes": c3, "scales": scales}), "invalid"),
     ]
+    for n, k, what in ((48, 2, "its padded"), (48, 1, "its whole"), (16, 1, "its padded")):
+        specs.append(VectorSpec(f"a last axis of {n} is rejected (scales for {what} blocks: {k})",
+                                ("InvalidInput", "RaggedGroup"),
+                                Case({"codes": codes[:, :n], "scales": scales[:, :k]}), "invalid"))
+    for bit in range(bits, 8):
+        dirty = codes[:2, :32].copy()
+        dirty[1, 5] |= 1 << bit
+        specs.append(VectorSpec(f"a code with bit {bit} set (above its {bits}) is rejected, not masked",
+                                ("DirtyBits", "InvalidInput"), Case({"codes": dirty, "scales": scales[:2, :1]}),
+                                "invalid"))
+    return specs
 
 
 def _mx_examples(elem: str):
@@ -825,7 +879,7 @@ def _mx_ops(elem: str) -> list[Op]:
             name=f"formats.{name}.quantize",
             kind=Kind.EXACT,
             oracle=partial(mx.quantize, elem=elem),
-            summary=f"float32 [..., 32k] -> ({elem} codes, E8M0 scales [..., k]), OCP MX",
+            summary=f"float32 or float16 [..., 32k] -> ({elem} codes, E8M0 scales [..., k]), OCP MX",
             spec=f"{SPEC}#mx",
             variants=_MX_VARIANTS,
             vectors=partial(_mx_vectors, elem),
@@ -1057,10 +1111,35 @@ def _nvfp4_vectors() -> list[VectorSpec]:
             add(f"{r}: elements where x / f32(p * sb) and x * f32(f32(1/p) / sb) pick different codes "
                 f"(global amax {amax:g})", ["RecipeOrder"], rows, recipe=r)
     add("empty input", ["EmptyInput"], np.zeros((0, 16)))
-    specs.append(VectorSpec("a last axis that is not a multiple of 16 is rejected", ("InvalidInput",),
-                            Case({"x": np.ones((2, 24), np.float32)}), "invalid"))
     specs.append(VectorSpec("2D tiles need rows in multiples of 16", ("InvalidInput",),
                             Case({"x": np.ones((8, 16), np.float32)}, {"tile_2d": "true"}), "invalid"))
+    return specs + _nvfp4_shape_vectors(gauss)
+
+
+def _nvfp4_shape_vectors(x: np.ndarray) -> list[VectorSpec]:
+    """Every input dtype and rank nvfp4.quantize accepts, and what it refuses; x: float32
+    [32, 64]. (bfloat16 input has no golden representation: arrays are stored in NumPy's
+    own dtypes.)"""
+    half = np.float16([6e-8, -1.2e-7, 3e-5, 65504.0, -1.0, 0.0, 2.0**-14, -0.0] * 8)  # subnormals to max
+    specs = [
+        VectorSpec("float16 input (widened to float32 exactly)", ("Float16Input",),
+                   Case({"x": np.concatenate([x[:2].astype(np.float16), half[None, :]])})),
+        VectorSpec("one row: a 1-d input", ("InputRank",), Case({"x": x[0]})),
+        VectorSpec("a 3-d float16 stack", ("InputRank", "Float16Input"),
+                   Case({"x": x[:4].reshape(2, 2, 64).astype(np.float16)})),
+        VectorSpec("a 3-d stack of two 16x32 matrices, 16x16 tiles", ("InputRank",),
+                   Case({"x": x[:, :32].reshape(2, 16, 32)}, {"tile_2d": "true"})),
+        VectorSpec("a 1-d empty input", ("EmptyInput", "InputRank"), Case({"x": np.zeros(0, np.float32)})),
+        VectorSpec("rows of no values: no blocks", ("EmptyInput",), Case({"x": np.zeros((2, 0), np.float32)})),
+        VectorSpec("float64 input is rejected, not narrowed", ("InvalidInput",),
+                   Case({"x": x[:2].astype(np.float64)}), "invalid"),
+        VectorSpec("integer input is rejected", ("InvalidInput",), Case({"x": np.ones((1, 16), np.int32)}),
+                   "invalid"),
+        VectorSpec("a 0-d input is rejected", ("InvalidInput", "InputRank"), Case({"x": np.float32(1)}), "invalid"),
+    ]
+    for n in (24, 8, 17):
+        specs.append(VectorSpec(f"a last axis of {n} is rejected, not padded or cut to blocks of 16",
+                                ("InvalidInput", "RaggedGroup"), Case({"x": x[:2, :n]}), "invalid"))
     return specs
 
 
@@ -1141,6 +1220,42 @@ def _nvfp4_dequant_vectors() -> list[VectorSpec]:
     specs.append(VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
                             Case({"codes": codes, "scales": scales[:, :1], "global_scale": np.float32(1)}),
                             "invalid"))
+    return specs + _nvfp4_dequant_shape_vectors(codes, scales)
+
+
+def _nvfp4_dequant_shape_vectors(codes: np.ndarray, scales: np.ndarray) -> list[VectorSpec]:
+    """Every rank nvfp4.dequantize accepts, and what it refuses: each of bits 4-7 set
+    above an E2M1 code, wrong dtypes, a ragged last axis. codes [4, 32], scales [4, 2]."""
+    one = np.float32(1.5)
+
+    def case(c, s):
+        return Case({"codes": c, "scales": s, "global_scale": one})
+
+    finite = scales.copy()
+    finite[(finite & 0x7F) == 0x7F] = 0x38  # no NaN scale: every value is compared
+    c3, s3 = codes.reshape(2, 2, 32), finite.reshape(2, 2, 2)
+    specs = [
+        VectorSpec("one row: 1-d codes", ("InputRank",), case(codes[3], finite[3])),
+        VectorSpec("a 3-d stack", ("InputRank",), case(c3, s3)),
+        VectorSpec("no rows", ("EmptyInput",), case(codes[:0], finite[:0])),
+        VectorSpec("rows of no codes: no blocks", ("EmptyInput",), case(codes[:, :0], finite[:, :0])),
+        VectorSpec("int8 codes are rejected (uint8 expected)", ("InvalidInput",),
+                   case(codes[:1, :16].view(np.int8), finite[:1, :1]), "invalid"),
+        VectorSpec("float32 scales are rejected (E4M3 codes expected)", ("InvalidInput",),
+                   case(codes[:1, :16], np.ones((1, 1), np.float32)), "invalid"),
+        VectorSpec("0-d codes are rejected", ("InvalidInput", "InputRank"), case(codes[0, 0], finite[0, 0]),
+                   "invalid"),
+        VectorSpec("scales of a 2-d shape for 3-d codes are rejected", ("InvalidInput", "InputRank"),
+                   case(c3, finite), "invalid"),
+    ]
+    for n, k, what in ((24, 2, "its padded"), (24, 1, "its whole"), (8, 1, "its padded")):
+        specs.append(VectorSpec(f"a last axis of {n} is rejected (scales for {what} blocks: {k})",
+                                ("InvalidInput", "RaggedGroup"), case(codes[:, :n], finite[:, :k]), "invalid"))
+    for bit in range(4, 8):
+        dirty = codes[:2, :16].copy()
+        dirty[1, 5] |= 1 << bit
+        specs.append(VectorSpec(f"a code with bit {bit} set (above its 4) is rejected, not masked",
+                                ("DirtyBits", "InvalidInput"), case(dirty, finite[:2, :1]), "invalid"))
     return specs
 
 
@@ -1163,7 +1278,7 @@ _NVFP4_OPS = [
         name="formats.nvfp4.quantize",
         kind=Kind.EXACT,
         oracle=_nvfp4_oracle,
-        summary="float32 [..., R, 16k] -> (E2M1 codes, E4M3 scales [..., R, k], FP32 global scale)",
+        summary="float32 or float16 [..., R, 16k] -> (E2M1 codes, E4M3 scales [..., R, k], FP32 global scale)",
         spec=f"{SPEC}#nvfp4",
         variants=_NV_VARIANTS,
         vectors=_nvfp4_vectors,

@@ -117,6 +117,15 @@ MX_BUGS = {
                                                           "SmallestScale"),
     "float32 dequantize flushing subnormal results to zero": (("float32_ftz",), ("float8_e4m3fn",), None,
                                                               "Subnormal"),
+    "FP4 codes with dirty high bits masked (& 0xF) instead of rejected": (("mask_dirty",), ("float4_e2m1fn",),
+                                                                          None, "DirtyBits"),
+    "FP6 codes with dirty high bits masked (& 0x3F) instead of rejected": (("mask_dirty",), ("float6_e3m2fn",),
+                                                                           None, "DirtyBits"),
+    "a kernel for [rows, n] only: 1-d and 3-d inputs come back as rows": (("rank2",), ("float8_e4m3fn",), None,
+                                                                           "InputRank"),
+    "a ragged last block padded with zeros instead of rejected": (("pad_ragged",), ("float6_e2m3fn",), None,
+                                                                  "RaggedGroup"),
+    "a quantizer that refuses float16 input": (("no_float16",), ("int8",), None, "Float16Input"),
 }
 
 
@@ -169,6 +178,10 @@ NVFP4_BUGS = {
         ("no_signs",), {"formats.nvfp4.quantize": {"rht": ["true"]}}, "Hadamard"),
     "vLLM claimed, TransformerEngine's order computed": ((), {"formats.nvfp4.quantize": {"recipe": ["vllm"]}},
                                                          "RecipeOrder"),
+    "E2M1 codes with dirty high bits masked (& 0xF) instead of rejected": (("mask_dirty",), None, "DirtyBits"),
+    "a kernel for [rows, n] only: 1-d and 3-d inputs come back as rows": (("rank2",), None, "InputRank"),
+    "a ragged last block padded with zeros instead of rejected": (("pad_ragged",), None, "RaggedGroup"),
+    "a quantizer that refuses float16 input": (("no_float16",), None, "Float16Input"),
 }
 
 

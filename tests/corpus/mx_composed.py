@@ -8,6 +8,20 @@ import numpy as np
 
 EMAX = {"float8_e4m3fn": 8, "float8_e5m2": 15, "float6_e2m3fn": 2, "float6_e3m2fn": 4, "float4_e2m1fn": 2, "int8": 0}
 MBITS = {"float8_e4m3fn": 3, "float8_e5m2": 2, "float6_e2m3fn": 3, "float6_e3m2fn": 2, "float4_e2m1fn": 1, "int8": 6}
+WIDTH = {"float6_e2m3fn": 6, "float6_e3m2fn": 6, "float4_e2m1fn": 4}  # codes one per byte, bits above are spare
+
+
+def _as_rows(a, bugs):
+    """The 'rank2' bug: a kernel written for [rows, n] views every input as one, and
+    returns it that way."""
+    return a.reshape(-1, a.shape[-1]) if "rank2" in bugs else a
+
+
+def _pad(a, bugs):
+    """The 'pad_ragged' bug: a ragged last axis padded with zeros to whole blocks of 32."""
+    if "pad_ragged" not in bugs or not a.shape[-1] % 32:
+        return a
+    return np.concatenate([a, np.zeros((*a.shape[:-1], 32 - a.shape[-1] % 32), a.dtype)], axis=-1)
 
 
 def _max(elem):
@@ -42,12 +56,13 @@ def _exponent(amax, elem, rule, bugs):
 
 def quantize(x, elem, scale_rule="floor", scale_overflow="nan", bugs=()):
     x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float16):
+    if x.dtype not in ((np.float32,) if "no_float16" in bugs else (np.float32, np.float16)):
         raise TypeError("x: float32 or float16")
+    n = x.shape[-1]
+    x = _pad(_as_rows(x, bugs), bugs)
     if x.shape[-1] % 32:
         raise ValueError("x: last axis must be a multiple of 32")
-    b = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32) if x.size else \
-        np.zeros((*x.shape[:-1], x.shape[-1] // 32, 32), np.float32)
+    b = x.astype(np.float32).reshape(*x.shape[:-1], x.shape[-1] // 32, 32)
     amax = np.nanmax(np.abs(b), axis=-1) if "nanmax" in bugs else np.max(np.abs(b), axis=-1)
     finite = np.isfinite(amax) & (amax > 0)
     if "inf_exponent_bits" in bugs:  # torchao's FLOOR/CEIL/EVEN: Inf read as 2^128
@@ -81,7 +96,7 @@ def quantize(x, elem, scale_rule="floor", scale_overflow="nan", bugs=()):
                 q32 = _ties_away(q32, elem)
             codes = q32.astype(getattr(ml_dtypes, elem)).view(np.uint8)
     codes = np.where((scales == 0xFF)[..., None], 0, codes).astype(np.uint8)
-    return codes.reshape(x.shape), scales.astype(np.uint8)
+    return codes.reshape(x.shape)[..., :n], scales.astype(np.uint8)
 
 
 def _ties_away(q32, elem):
@@ -96,7 +111,16 @@ def dequantize(codes, scales, elem, bugs=()):
     codes, scales = np.asarray(codes), np.asarray(scales)
     if codes.dtype != np.uint8 or scales.dtype != np.uint8:
         raise TypeError("uint8 codes and scales")
-    b = codes.reshape(*codes.shape[:-1], -1, 32)
+    if elem in WIDTH:
+        if "mask_dirty" in bugs:
+            codes = codes & ((1 << WIDTH[elem]) - 1)
+        elif (codes >> WIDTH[elem]).any():
+            raise ValueError(f"codes: {elem} codes have bits above bit {WIDTH[elem] - 1} set")
+    n = codes.shape[-1]
+    codes, scales = _pad(_as_rows(codes, bugs), bugs), _as_rows(scales, bugs)
+    if codes.shape[-1] % 32:
+        raise ValueError("codes: last axis must be a multiple of 32")
+    b = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 32, 32)
     if scales.shape != b.shape[:-1]:
         raise ValueError("scales: wrong shape")
     v = b.view(np.int8) / 64 if elem == "int8" else b.view(getattr(ml_dtypes, elem)).astype(np.float64)
@@ -108,4 +132,4 @@ def dequantize(codes, scales, elem, bugs=()):
     else:
         out = v * 2.0 ** (scales.astype(np.float64) - 127)[..., None]
     out = np.where((scales == 0xFF)[..., None], np.nan, out)
-    return out.reshape(codes.shape)
+    return out.reshape(codes.shape)[..., :n]

@@ -25,11 +25,27 @@ def hadamard(x, bugs=()):
     return ((chunks * signs) @ H16 / 4).reshape(x.shape).astype(F)
 
 
+def _as_rows(a, bugs):
+    """The 'rank2' bug: every input viewed as [rows, n], and the results left that way."""
+    return a.reshape(-1, a.shape[-1]) if "rank2" in bugs else a
+
+
+def _pad(a, bugs):
+    """The 'pad_ragged' bug: a ragged last axis padded with zeros to whole blocks of 16."""
+    if "pad_ragged" not in bugs or not a.shape[-1] % 16:
+        return a
+    return np.concatenate([a, np.zeros((*a.shape[:-1], 16 - a.shape[-1] % 16), a.dtype)], axis=-1)
+
+
 def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, rounding="nearest_even",
              rbits=None, bugs=(), rht=False):
     if rounding != "nearest_even" or rbits is not None:
         raise ValueError("rounding: only nearest_even here")
-    x = np.asarray(x).astype(F)
+    x = np.asarray(x)
+    if x.dtype not in ((F,) if "no_float16" in bugs else (F, np.float16)):
+        raise TypeError("x: float32 or float16")
+    n = x.shape[-1]
+    x = _pad(_as_rows(x, bugs), bugs).astype(F)
     if x.shape[-1] % 16:
         raise ValueError("x: last axis must be a multiple of 16")
     if rht:
@@ -75,15 +91,19 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
         codes = q.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
     sb = np.asarray(sb)
     scales = sb.view(np.uint8) if sb.dtype == ml_dtypes.float8_e4m3fn else _e4m3(sb).view(np.uint8)
-    return codes, scales, F(g)
+    return codes[..., :n], scales, F(g)
 
 
 def dequantize(codes, scales, global_scale, recipe="transformer_engine", order="exact", bugs=()):
     """e * sb * d: float64 (exact), or float32 with the scales multiplied first
     (torchao); `bugs` swaps one order for the other."""
     codes, scales = np.asarray(codes), np.asarray(scales)
+    if "mask_dirty" in bugs and codes.dtype == np.uint8:
+        codes = codes & 0xF
     if codes.dtype != np.uint8 or scales.dtype != np.uint8 or (codes.size and codes.max() > 15):
         raise TypeError("codes, scales: uint8 codes (E2M1 in the low 4 bits) and E4M3 scales")
+    n = codes.shape[-1]
+    codes, scales = _pad(_as_rows(codes, bugs), bugs), _as_rows(scales, bugs)
     g = F(global_scale)
     if not (np.isfinite(g) and g > 0):
         raise ValueError("global_scale: a positive finite float32")
@@ -102,4 +122,4 @@ def dequantize(codes, scales, global_scale, recipe="transformer_engine", order="
             out = (e * sb) * d
         else:
             out = e.astype(np.float64) * sb.astype(np.float64) * np.float64(d)
-    return out.reshape(codes.shape)
+    return out.reshape(codes.shape)[..., :n]
