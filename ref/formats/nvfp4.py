@@ -165,7 +165,7 @@ def quantize(
     rounding: str = "nearest_even",
     rbits: ArrayLike | None = None,
 ) -> tuple[NDArray[np.uint8], NDArray[np.uint8], np.float32]:
-    """NVFP4-quantize `x` [..., R, n] (float32, or float16/bfloat16 widened exactly).
+    """NVFP4-quantize `x` [..., R, n] (float32, or float16 widened exactly).
 
     Returns (codes [..., R, n] uint8 E2M1 codes, one per byte; scales [..., R, n/16]
     uint8 E4M3FN codes; global scale float32, the recipe's own). n must be a multiple
@@ -180,7 +180,7 @@ def quantize(
         global_amax = positive_float32(global_amax, "global_amax")
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.dtype.itemsize > 4:
-        raise TypeError(f"x: expected float32 or a narrower float, got {x.dtype}")
+        raise TypeError(f"x: expected float32 or float16, got {x.dtype}")
     x = x.astype(np.float32)
     if x.ndim < 1 or x.shape[-1] % BLOCK:
         raise ValueError(f"x: the last axis must be a multiple of {BLOCK}, got shape {x.shape}")
