@@ -34,9 +34,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ref.attention import attend as _attend
-from ref.formats.minifloat import PRECISIONS, round_to
+from ref.formats.minifloat import PRECISIONS, Rounding, decode, encode, round_to
 
-__all__ = ["attend_emulated", "worse"]
+__all__ = ["ROUNDINGS", "attend_emulated", "rounder", "worse"]
+
+# IEEE 754's round-to-nearest and its two directed rounding attributes.
+ROUNDINGS = ("nearest", "up", "down")
+_DIRECTED = {"up": Rounding.TOWARD_POSITIVE, "down": Rounding.TOWARD_NEGATIVE}
 
 
 def _precision(precision: str) -> str:
@@ -45,7 +49,23 @@ def _precision(precision: str) -> str:
     return precision
 
 
-def attend_emulated(precision: str, q, k, v, *, sinks=None, mask=None, scale=None, causal=False, window_left=-1,
+def rounder(precision: str, rounding: str = "nearest"):
+    """x -> x stored at `precision` (float64 values), rounded to nearest-even or
+    directed (`up` toward +inf, `down` toward -inf), overflowing as IEEE 754 says."""
+    precision = _precision(precision)
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding: expected one of {ROUNDINGS}, got {rounding!r}")
+    if rounding == "nearest" or precision == "float64":
+        return partial(round_to, precision=precision)
+
+    def rnd(x):
+        codes = encode(np.asarray(x, np.float64), precision, rounding=_DIRECTED[rounding], overflow="nonsaturating")
+        return decode(codes, precision).astype(np.float64)
+
+    return rnd
+
+
+def attend_emulated(precision: str, q, k, v, *, rounding: str = "nearest", sinks=None, mask=None, scale=None, causal=False, window_left=-1,
                     window_right=-1, sink_tokens=0, softcap=0.0, sink_in_lse="included", lse_base="e",
                     masked_lse="-inf") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """`attend` as a kernel at `precision` computes it (values returned as float64)."""
@@ -55,7 +75,7 @@ def attend_emulated(precision: str, q, k, v, *, sinks=None, mask=None, scale=Non
     exact = _attend.attend(q, k, v, **options)
     if _precision(precision) == "float64":
         return exact
-    rnd = partial(round_to, precision=precision)
+    rnd = rounder(precision, rounding)
     both = [_attend._run(q, k, v, **options, work=np.float32, rnd=rnd, scale_first=first) for first in (True, False)]
     return worse(exact, *both)
 
