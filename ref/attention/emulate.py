@@ -23,15 +23,25 @@ dtype). With k = 2 the rule is FlashAttention's; a kernel in either order is jud
 by what its order can do. Fused kernels keep the logits in float32 and land well
 inside.
 
+`rounding` picks the rounding of every stored tensor: to nearest (the kernels' own,
+and attention's yardstick), or IEEE 754's directed `up` (toward +inf) and `down`
+(toward -inf). One round-to-nearest evaluation's error at an output is a single draw:
+where the exact logit lies near the P grid its stored logit lands on it, and an
+output with few elements (one query, one head) can be judged against an error near
+zero. MLA's yardstick (few outputs, logits magnified by YaRN's mscale^2) therefore
+also evaluates under both directed roundings, whose every rounding costs its full
+size (spec/attention.md, "Tolerance").
+
 At P = float64 each returns the oracle itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from ref.attention import attend as _attend
 from ref.formats.minifloat import PRECISIONS, Rounding, decode, encode, round_to
@@ -49,7 +59,7 @@ def _precision(precision: str) -> str:
     return precision
 
 
-def rounder(precision: str, rounding: str = "nearest"):
+def rounder(precision: str, rounding: str = "nearest") -> Callable[[ArrayLike], NDArray[np.float64]]:
     """x -> x stored at `precision` (float64 values), rounded to nearest-even or
     directed (`up` toward +inf, `down` toward -inf), overflowing as IEEE 754 says."""
     precision = _precision(precision)
@@ -68,7 +78,8 @@ def rounder(precision: str, rounding: str = "nearest"):
 def attend_emulated(precision: str, q, k, v, *, rounding: str = "nearest", sinks=None, mask=None, scale=None, causal=False, window_left=-1,
                     window_right=-1, sink_tokens=0, softcap=0.0, sink_in_lse="included", lse_base="e",
                     masked_lse="-inf") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """`attend` as a kernel at `precision` computes it (values returned as float64)."""
+    """`attend` as a kernel at `precision` computes it (values returned as float64),
+    every stored tensor rounded by `rounding` (one of ROUNDINGS)."""
     options = dict(sinks=sinks, mask=mask, scale=scale, causal=causal, window_left=window_left,
                    window_right=window_right, sink_tokens=sink_tokens, softcap=softcap, sink_in_lse=sink_in_lse,
                    lse_base=lse_base, masked_lse=masked_lse)
