@@ -70,7 +70,7 @@ def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-
     q, k, v = (np.asarray(x) for x in (q, k, v))
     _check(q, k, v, mask)
     b, lq, hq, d = q.shape
-    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    lk, hkv = k.shape[1], k.shape[2]
     window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
     see = torch.from_numpy(_visible(b, hq, lq, lk, mask, window))
     t = [torch.from_numpy(np.array(x, np.float32)).to(_TORCH[precision]).transpose(1, 2) for x in (q, k, v)]
