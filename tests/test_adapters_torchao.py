@@ -156,3 +156,22 @@ def test_torchao_mx_eager_rceil_is_a_step_small_just_above_a_power_of_two():
         _, scales = _torchao_mx(x, "rceil")
         ours = mx.quantize(x, "float8_e4m3fn", scale_rule="rceil")[1]
         assert int(ours[0, 0]) == 127 + k + 1 and int(scales[0, 0]) == int(ours[0, 0]) - 1
+
+
+def test_torchao_nvfp4_cannot_quantize_an_empty_tensor_but_dequantizes_one():
+    """The adapter's one decline besides missing features: torchao's to_nvfp4 raises on
+    an empty tensor (a view with -1), so quantize declines it; dequantize passes it on."""
+    from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
+
+    from ref.conformance.adapters import torchao_nvfp4
+
+    with pytest.raises(RuntimeError):
+        NVFP4Tensor.to_nvfp4(torch.zeros(0, 16), block_size=16, per_tensor_scale=torch.tensor(1.0))
+    with pytest.raises(NotImplementedError):
+        torchao_nvfp4.quantize(np.zeros((0, 16), np.float32), recipe="torchao_0_17", tile_2d="false", rht="false",
+                               rounding="nearest_even")
+    for shape in [(0, 16), (3, 0)]:
+        codes, scales = np.zeros(shape, np.uint8), np.zeros((*shape[:-1], shape[-1] // 16), np.uint8)
+        out = torchao_nvfp4.dequantize(codes, scales, np.float32(1), recipe="torchao_0_17", order="scale_first")
+        want = nvfp4.dequantize(codes, scales, np.float32(1), recipe="torchao_0_17", order="scale_first")
+        assert out.shape == want.shape == shape

@@ -15,7 +15,9 @@ How the catalog's call maps onto SDPA:
   the same stored q and k, so only the output is SDPA's own arithmetic;
 - SDPA has no learnable sinks and no soft-capping: such cases raise
   NotImplementedError (counted as skipped);
-- a row that sees no key: SDPA's own answer (0 on CPU since torch 2.5), not patched.
+- a row that sees no key: SDPA's own answer (0 on CPU since torch 2.5), not patched;
+  empty operands (Lq = 0, Lk = 0) go to SDPA as they are (torch 2.13 returns an empty
+  output, or 0 for Lk = 0).
 """
 
 from __future__ import annotations
@@ -68,13 +70,10 @@ def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-
     q, k, v = (np.asarray(x) for x in (q, k, v))
     _check(q, k, v, mask)
     b, lq, hq, d = q.shape
-    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
+    lk, hkv = k.shape[1], k.shape[2]
     window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
     see = torch.from_numpy(_visible(b, hq, lq, lk, mask, window))
     t = [torch.from_numpy(np.array(x, np.float32)).to(_TORCH[precision]).transpose(1, 2) for x in (q, k, v)]
-    if not (lq and lk and d):  # nothing to attend: SDPA refuses empty operands
-        return (np.zeros((b, lq, hq, dv), _NUMPY[precision]),
-                np.full((b, hq, lq), -np.inf, np.float32))
     out = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=see, scale=scale, enable_gqa=True)
     scores = t[0].float() @ t[1].float().repeat_interleave(hq // hkv, dim=1).transpose(2, 3)
     scores = scores * (d**-0.5 if scale is None else scale)

@@ -9,12 +9,16 @@ inference workflow takes it), then `NVFP4Tensor.to_nvfp4`; it declares the
 `torchao_0_17` recipe (torchao 0.17 on). Dequantize is `NVFP4Tensor.dequantize` to
 float32, torchao's `scale_first` order. Tensors are viewed as [-1, n], as torchao's
 linear layers view their inputs. torchao has no 2D tiles, Hadamard transform or
-stochastic rounding, and cannot reduce an empty tensor; those cases are declined
-(NotImplementedError). Its departures from the definition (a zero, NaN or
+stochastic rounding, and cannot quantize an empty tensor (the amax of nothing and
+to_nvfp4's view with -1 raise; it dequantizes one); those cases are declined
+(NotImplementedError): the formats ops name no flag an xfail could cover random
+examples with. Its departures from the definition (a zero, NaN or
 Inf tensor amax) are listed in spec/formats.md ("Engines") and torchao_nvfp4.xfails.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -33,9 +37,7 @@ def _rows(a: np.ndarray, name: str) -> torch.Tensor:
     """`a` as a [-1, n] tensor, n a multiple of 16."""
     if a.ndim < 1 or a.shape[-1] % BLOCK:
         raise ValueError(f"{name}: the last axis must be a multiple of {BLOCK}, got shape {a.shape}")
-    if a.size == 0:
-        raise NotImplementedError(f"{name}: torchao cannot take the amax of an empty tensor")
-    return torch.from_numpy(as_native(a).reshape(-1, a.shape[-1]))
+    return torch.from_numpy(as_native(a).reshape(math.prod(a.shape[:-1]), a.shape[-1]))
 
 
 def quantize(x, *, recipe, tile_2d, rht, rounding, rbits=None):
@@ -44,6 +46,8 @@ def quantize(x, *, recipe, tile_2d, rht, rounding, rbits=None):
     if tile_2d != "false" or rht != "false" or rounding != "nearest_even":
         raise NotImplementedError("torchao has no 2D tiles, Hadamard transform or stochastic rounding")
     t = _rows(x, "x")
+    if t.numel() == 0:  # torch.max of nothing raises, and so does to_nvfp4 (a view with -1)
+        raise NotImplementedError("x: torchao cannot quantize an empty tensor")
     p = per_tensor_amax_to_scale(torch.max(torch.abs(t)))
     q = NVFP4Tensor.to_nvfp4(t, block_size=BLOCK, per_tensor_scale=p)
     codes = unpack_uint4(q.qdata.contiguous()).numpy().reshape(x.shape)
@@ -56,10 +60,10 @@ def dequantize(codes, scales, global_scale, *, recipe, order):
     c = _rows(codes, "codes")
     if scales.shape != (*codes.shape[:-1], codes.shape[-1] // BLOCK):
         raise ValueError(f"scales: expected shape {(*codes.shape[:-1], codes.shape[-1] // BLOCK)}, got {scales.shape}")
-    if int(codes.max()) > 15:
+    if int(codes.max(initial=0)) > 15:
         raise ValueError("codes: E2M1 codes use the low 4 bits")
     packed = (c[..., ::2] | (c[..., 1::2] << 4)).contiguous()  # torchao's fp4x2 layout: low nibble first
-    s = torch.from_numpy(as_native(scales).reshape(c.shape[0], -1)).view(torch.float8_e4m3fn)
+    s = torch.from_numpy(as_native(scales).reshape(c.shape[0], c.shape[1] // BLOCK)).view(torch.float8_e4m3fn)
     p = torch.tensor(np.float32(global_scale))
     t = NVFP4Tensor(packed, s, BLOCK, torch.float32, per_tensor_scale=p)
     return t.dequantize(torch.float32).numpy().reshape(codes.shape)

@@ -30,15 +30,18 @@ logaddexp when it counts), so only the outputs are transformers' arithmetic.
 Documented divergences (spec/attention.md, "Engines"):
 - eager: a row that sees no key gets finfo.min on every logit, so the softmax is
   uniform and the output the mean of V (the spec: 0). transformers never reads such
-  rows (padding), so this adapter declines cases with an empty row
-  (NotImplementedError: skipped, not failed); a test shows the mean of V.
+  rows (padding); the adapter passes them to transformers as they are and
+  transformers_attention.xfails names the flag `EmptyRow` for attend and
+  attend_varlen, which covers the vectors and random examples with such a row.
 - gpt_oss_eager takes the softmax in the activation dtype (bfloat16), the row maximum
   subtracted in it: under a dominant sink (logits 30 and 100 over keys near 0) the
   outputs are off by about 5% (norm-wise; a float32 softmax stored at bfloat16: 0.3%).
   Listed in transformers_attention.xfails by the vectors' ids; random examples draw
   such sinks too, so GPT_OSS at bfloat16 is run on its vectors (float32 passes all).
 - sdpa_attention_forward raises at Lq = 0 (it reshapes the empty output with -1):
-  listed in transformers_attention.xfails.
+  transformers_attention.xfails names the flag `EmptyInput` of attend (vectors and
+  random examples). attend_varlen calls it once per sequence with queries, so a
+  sequence without queries never reaches it.
 """
 
 from __future__ import annotations
@@ -126,9 +129,6 @@ def attend(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left
     lk, hkv = k.shape[1], k.shape[2]
     window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
     see = _visible(b, hq, lq, lk, mask, window)
-    if path != "sdpa" and not see.any(axis=-1).all():
-        raise NotImplementedError("eager attention: a row that sees no key is undefined (padding); "
-                                  "transformers returns the mean of V there")
     dtype = _TORCH[precision]
     t = [torch.from_numpy(np.array(x, np.float32)).to(dtype).transpose(1, 2) for x in (q, k, v)]
     scaling = d**-0.5 if scale is None else float(scale)

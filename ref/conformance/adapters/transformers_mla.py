@@ -27,6 +27,10 @@ Documented divergence (spec/attention.md, "Engines"): transformers multiplies co
 sin by YaRN's attention factor mscale(mscale) / mscale(mscale_all_dim); DeepSeek's
 reference code (and the op) do not. Every published DeepSeek config has mscale ==
 mscale_all_dim (factor 1), so no vector meets it.
+
+With no tokens (Lk = 0, which only random examples draw) the module raises (a view
+with -1 of an empty tensor); the adapter declines those cases (NotImplementedError),
+since attention.mla names no flag for them that an xfail could cover.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=No
     lk, r, dr = c_kv.shape[1], c_kv.shape[2], q_pe.shape[3]
     dv = w_kv_b.shape[0] // h - dn
     dtype = _TORCH[precision]
-    if lk == 0:  # no positions: nothing for the module to run on
+    if lk == 0:  # the module's view(batch, seq, -1, ...) raises on zero tokens
         raise NotImplementedError("DeepseekV3Attention needs at least one token")
     q_width = h * (dn + dr)
     hidden = max(q_width + r + dr, h * dv)

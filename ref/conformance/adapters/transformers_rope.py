@@ -82,8 +82,6 @@ def rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, a
     if style not in ("neox", "gptj"):
         raise ValueError(f"style: expected 'neox' or 'gptj', got {style!r}")
     x, pos, d, r = _checked(x, positions, rotary_dim, scaling)
-    if r == 0:
-        raise NotImplementedError("transformers has no RoPE with zero rotary dims")
     heads = x.shape[-2]
     params = _rope_parameters(d, r, base, scaling)
     # The context a scaled config declares (factor times the original): transformers
