@@ -22,42 +22,22 @@ How the catalog's call maps onto SDPA:
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import torch
 
-from ref.attention.attend import visible_keys
+from ref.conformance.adapters._torch_attention import (
+    NUMPY_DTYPES,
+    TORCH_DTYPES,
+    check_precision,
+    check_qkv,
+    visible,
+)
 from ref.conformance.implementation import Implementation
 
 NAME = f"torch {torch.__version__} scaled_dot_product_attention (CPU, bfloat16)"
 VERSION = torch.__version__
 
-_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_NUMPY = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
 _VARIANTS = {"sink_in_lse": ["included", "excluded"]}  # no sinks: both read alike
-
-
-def _check(q, k, v, mask):
-    """The argument checks SDPA does not make in the catalog's terms (it would broadcast)."""
-    for name, arr in (("q", q), ("k", k), ("v", v)):
-        if arr.dtype.kind != "f":
-            raise TypeError(f"{name}: expected floats, got {arr.dtype}")
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError("q, k, v: expected [B, L, H, D]")
-    if k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3] or k.shape[0] != q.shape[0]:
-        raise ValueError(f"q, k, v: shapes {q.shape}, {k.shape}, {v.shape} do not fit together")
-    if k.shape[2] == 0 or q.shape[2] % k.shape[2]:
-        raise ValueError("k: its KV heads must divide the query heads")
-    if mask is not None and np.asarray(mask).dtype != np.bool_:
-        raise TypeError("mask: expected bool")
-
-
-def _visible(b, hq, lq, lk, mask, window) -> np.ndarray:
-    see = visible_keys(lq, lk, **window)[None, None]
-    if mask is not None:
-        m = np.asarray(mask)
-        see = see & (m[None, None] if m.ndim == 2 else m)
-    return np.array(np.broadcast_to(see, (b, hq, lq, lk)))
 
 
 def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
@@ -68,17 +48,17 @@ def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-
     if softcap:
         raise NotImplementedError("SDPA has no soft-capping")
     q, k, v = (np.asarray(x) for x in (q, k, v))
-    _check(q, k, v, mask)
+    check_qkv(q, k, v, mask)
     b, lq, hq, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
     window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
-    see = torch.from_numpy(_visible(b, hq, lq, lk, mask, window))
-    t = [torch.from_numpy(np.array(x, np.float32)).to(_TORCH[precision]).transpose(1, 2) for x in (q, k, v)]
+    see = torch.from_numpy(visible(b, hq, lq, lk, mask, window))
+    t = [torch.from_numpy(np.array(x, np.float32)).to(TORCH_DTYPES[precision]).transpose(1, 2) for x in (q, k, v)]
     out = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=see, scale=scale, enable_gqa=True)
     scores = t[0].float() @ t[1].float().repeat_interleave(hq // hkv, dim=1).transpose(2, 3)
     scores = scores * (d**-0.5 if scale is None else scale)
     lse = torch.logsumexp(scores.masked_fill(~see, float("-inf")), dim=-1)
-    return out.transpose(1, 2).float().numpy().astype(_NUMPY[precision]), lse.numpy().astype(np.float32)
+    return out.transpose(1, 2).float().numpy().astype(NUMPY_DTYPES[precision]), lse.numpy().astype(np.float32)
 
 
 def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, precision: str = "bfloat16", **options):
@@ -92,7 +72,7 @@ def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, precision: s
         raise ValueError("cu_seqlens_q, cu_seqlens_k: expected offsets from 0 to the packed lengths")
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise ValueError("q, k, v: expected [T, H, D]")
-    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), _NUMPY[precision])
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), NUMPY_DTYPES[precision])
     lse = np.zeros((q.shape[1], q.shape[0]), np.float32)
     for s in range(cq.size - 1):
         rows, keys = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
@@ -105,8 +85,7 @@ def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, precision: s
 
 def implementation(precision: str) -> Implementation:
     """SDPA at `precision` ("bfloat16", "float16" or "float32") as an implementation."""
-    if precision not in _TORCH:
-        raise ValueError(f"precision: expected one of {tuple(_TORCH)}, got {precision!r}")
+    check_precision(precision)
     return Implementation(
         f"torch {torch.__version__} scaled_dot_product_attention (CPU, {precision})",
         {"attention.attend": lambda **kw: sdpa(**kw, precision=precision),

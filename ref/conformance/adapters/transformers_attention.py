@@ -48,7 +48,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import ml_dtypes
 import numpy as np
 import torch
 import transformers
@@ -57,42 +56,20 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as gpt_oss_eager
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager
 
-from ref.attention.attend import visible_keys
+from ref.conformance.adapters._torch_attention import (
+    NUMPY_DTYPES,
+    TORCH_DTYPES,
+    check_precision,
+    check_qkv,
+    visible,
+)
 from ref.conformance.implementation import Implementation
 
 NAME = f"transformers {transformers.__version__} eager attention (bfloat16)"
 VERSION = transformers.__version__
 
 PATHS = ("eager", "gpt_oss_eager", "sdpa")
-_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_NUMPY = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
 _VARIANTS = {"sink_in_lse": ["included", "excluded"]}
-
-
-def _check(q, k, v, sinks, mask, softcap):
-    for name, arr in (("q", q), ("k", k), ("v", v)):
-        if arr.dtype.kind != "f":
-            raise TypeError(f"{name}: expected floats, got {arr.dtype}")
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError("q, k, v: expected [B, L, H, D]")
-    if k.shape[3] != q.shape[3] or v.shape[:3] != k.shape[:3] or k.shape[0] != q.shape[0]:
-        raise ValueError(f"q, k, v: shapes {q.shape}, {k.shape}, {v.shape} do not fit together")
-    if k.shape[2] == 0 or q.shape[2] % k.shape[2]:
-        raise ValueError("k: its KV heads must divide the query heads")
-    if mask is not None and np.asarray(mask).dtype != np.bool_:
-        raise TypeError("mask: expected bool")
-    if sinks is not None and np.shape(sinks) != (q.shape[2],):
-        raise ValueError("sinks: expected one per query head")
-    if softcap < 0:
-        raise ValueError("softcap: expected >= 0")
-
-
-def _visible(b, hq, lq, lk, mask, window) -> np.ndarray:
-    see = visible_keys(lq, lk, **window)[None, None]
-    if mask is not None:
-        m = np.asarray(mask)
-        see = see & (m[None, None] if m.ndim == 2 else m)
-    return np.array(np.broadcast_to(see, (b, hq, lq, lk)))
 
 
 def _module(hq, hkv, d, sinks, dtype):
@@ -118,7 +95,7 @@ def attend(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left
            precision: str = "bfloat16"):
     """One `attention.attend` call through transformers' `path` at `precision` -> (out, lse)."""
     q, k, v = (np.asarray(x) for x in (q, k, v))
-    _check(q, k, v, sinks, mask, softcap)
+    check_qkv(q, k, v, mask, sinks=sinks, softcap=softcap)
     if path == "gpt_oss_eager" and (sinks is None or softcap):
         raise NotImplementedError("gpt-oss's eager attention: learnable sinks, no soft-capping")
     if path == "eager" and sinks is not None:
@@ -128,8 +105,8 @@ def attend(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left
     b, lq, hq, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
     window = dict(causal=causal, window_left=window_left, window_right=window_right, sink_tokens=sink_tokens)
-    see = _visible(b, hq, lq, lk, mask, window)
-    dtype = _TORCH[precision]
+    see = visible(b, hq, lq, lk, mask, window)
+    dtype = TORCH_DTYPES[precision]
     t = [torch.from_numpy(np.array(x, np.float32)).to(dtype).transpose(1, 2) for x in (q, k, v)]
     scaling = d**-0.5 if scale is None else float(scale)
     module = _module(hq, hkv, d, sinks, dtype)
@@ -145,7 +122,7 @@ def attend(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left
         else:
             out, _ = llama_eager(module, *t, attention_mask=additive, scaling=scaling)
     lse = _lse(t, see_t, scaling, softcap, sinks, sink_in_lse, hq // hkv, dtype)
-    return out.float().numpy().astype(_NUMPY[precision]), lse.numpy().astype(np.float32)
+    return out.float().numpy().astype(NUMPY_DTYPES[precision]), lse.numpy().astype(np.float32)
 
 
 def attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, path: str = "eager",
@@ -161,8 +138,8 @@ def attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, path: str 
         raise ValueError("cu_seqlens_q, cu_seqlens_k: expected offsets from 0 to the packed lengths")
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise ValueError("q, k, v: expected [T, H, D]")
-    _check(q[None], k[None], v[None], sinks, None, options.get("softcap", 0.0))
-    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), _NUMPY[precision])
+    check_qkv(q[None], k[None], v[None], None, sinks=sinks, softcap=options.get("softcap", 0.0))
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), NUMPY_DTYPES[precision])
     lse = np.zeros((q.shape[1], q.shape[0]), np.float32)
     for s in range(cq.size - 1):
         rows, keys = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
@@ -177,8 +154,7 @@ def implementation(path: str = "eager", precision: str = "bfloat16") -> Implemen
     """transformers' `path` ("eager" or "sdpa") at `precision` as an implementation."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
-    if precision not in _TORCH:
-        raise ValueError(f"precision: expected one of {tuple(_TORCH)}, got {precision!r}")
+    check_precision(precision)
     return Implementation(
         f"transformers {transformers.__version__} {path} attention ({precision})",
         {"attention.attend": lambda **kw: attend(**kw, path=path, precision=precision),
