@@ -1,6 +1,7 @@
-"""What the torch-based attention adapters (torch_sdpa, transformers_attention) share:
-their dtypes, the argument checks the engines do not make in the catalog's terms (they
-would broadcast), and the visible-key mask built with the oracle's `visible_keys`.
+"""What the torch-based attention adapters share: their dtypes (all four adapters), the
+argument checks the engines do not make in the catalog's terms, since they would
+broadcast, and the visible-key mask built with the oracle's `visible_keys` (torch_sdpa
+and transformers_attention).
 
 Imports torch: only those adapters import this module."""
 

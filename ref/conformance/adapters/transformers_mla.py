@@ -35,7 +35,6 @@ since attention.mla names no flag for them that an xfail could cover.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import torch
 import transformers
@@ -46,13 +45,12 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     eager_attention_forward,
 )
 
+from ref.conformance.adapters._torch_attention import NUMPY_DTYPES, TORCH_DTYPES, check_precision
 from ref.conformance.implementation import Implementation
 
 NAME = f"transformers {transformers.__version__} DeepseekV3Attention (bfloat16)"
 VERSION = transformers.__version__
 
-_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_NUMPY = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
 _VARIANTS = {"rope_style": ["gptj", "neox"]}
 _CAPTURE = "ref_lse_capture"
 _captured: list[torch.Tensor] = []
@@ -116,7 +114,7 @@ def mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=No
     b, lq, h, dn = q_nope.shape
     lk, r, dr = c_kv.shape[1], c_kv.shape[2], q_pe.shape[3]
     dv = w_kv_b.shape[0] // h - dn
-    dtype = _TORCH[precision]
+    dtype = TORCH_DTYPES[precision]
     if lk == 0:  # the module's view(batch, seq, -1, ...) raises on zero tokens
         raise NotImplementedError("DeepseekV3Attention needs at least one token")
     q_width = h * (dn + dr)
@@ -155,13 +153,12 @@ def mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=No
         out, _ = module(hidden_states, (cos, sin), mask)
     lse = _captured.pop()[:, :, lk - lq:]  # [B, H, Lq]
     out = out[:, lk - lq:, :h * dv].reshape(b, lq, h, dv)
-    return out.float().numpy().astype(_NUMPY[precision]), lse.numpy().astype(np.float32)
+    return out.float().numpy().astype(NUMPY_DTYPES[precision]), lse.numpy().astype(np.float32)
 
 
 def implementation(precision: str) -> Implementation:
     """DeepseekV3Attention at `precision` as an implementation."""
-    if precision not in _TORCH:
-        raise ValueError(f"precision: expected one of {tuple(_TORCH)}, got {precision!r}")
+    check_precision(precision)
     return Implementation(
         f"transformers {transformers.__version__} DeepseekV3Attention ({precision})",
         {"attention.mla": lambda **kw: mla(**kw, precision=precision)},

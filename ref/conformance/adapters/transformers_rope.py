@@ -22,7 +22,6 @@ mscale_keys "transformers" (vectors with other values are skipped).
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import torch
 import transformers
@@ -30,13 +29,12 @@ from transformers import GPTNeoXConfig
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding, apply_rotary_pos_emb
 
+from ref.conformance.adapters._torch_attention import NUMPY_DTYPES, TORCH_DTYPES, check_precision
 from ref.conformance.implementation import Implementation
 
 NAME = f"transformers {transformers.__version__} RoPE initializers and apply_rotary_pos_emb (bfloat16)"
 VERSION = transformers.__version__
 
-_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_NUMPY = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32}
 _VARIANTS = {"style": ["neox", "gptj"], "attention_factor": ["cos_sin"], "mscale_keys": ["transformers"]}
 _DEFAULT_BASE = 10000.0
 
@@ -91,7 +89,7 @@ def rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, a
                            max_position_embeddings=max(int(pos.max(initial=0)) + 1, 2, context),
                            rope_parameters=params)
     embedding = GPTNeoXRotaryEmbedding(config)
-    dtype = _TORCH[precision]
+    dtype = TORCH_DTYPES[precision]
     t = torch.from_numpy(np.array(x, np.float32).reshape(1, -1, heads, d)).to(dtype).transpose(1, 2)  # [1, H, N, D]
     ids = torch.from_numpy(np.array(pos, np.int64).reshape(1, -1))
     cos, sin = embedding(t, ids)  # [1, N, r], in the activation dtype
@@ -102,13 +100,12 @@ def rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, a
         rot = torch.stack([rot[..., : r // 2], rot[..., r // 2:]], dim=-1).flatten(-2)  # pairs back at 2i, 2i + 1
         out = torch.cat([rot, t[..., r:]], dim=-1)
     out = out.transpose(1, 2).float().numpy().reshape(x.shape)
-    return out.astype(_NUMPY[precision])
+    return out.astype(NUMPY_DTYPES[precision])
 
 
 def implementation(precision: str) -> Implementation:
     """transformers' RoPE at `precision` as an implementation."""
-    if precision not in _TORCH:
-        raise ValueError(f"precision: expected one of {tuple(_TORCH)}, got {precision!r}")
+    check_precision(precision)
     return Implementation(
         f"transformers {transformers.__version__} RoPE ({precision})",
         {"attention.rope": lambda **kw: rope(**kw, precision=precision)},
