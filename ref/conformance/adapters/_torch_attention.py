@@ -43,6 +43,21 @@ def check_qkv(q, k, v, mask, *, sinks=None, softcap=0.0) -> None:
         raise ValueError("softcap: expected >= 0")
 
 
+def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    """q, k, v: [T, H, D] as arrays and the integer offsets cq, ck from 0 to the packed
+    lengths, checked: (q, k, v, cq, ck)."""
+    cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
+    if cq.dtype.kind not in "iu" or ck.dtype.kind not in "iu":
+        raise TypeError("cu_seqlens_q, cu_seqlens_k: expected integer offsets")
+    q, k, v = (np.asarray(x) for x in (q, k, v))
+    if cq.ndim != 1 or cq.shape != ck.shape or cq.size < 1 or cq[0] != 0 or ck[0] != 0 \
+            or np.any(np.diff(cq) < 0) or np.any(np.diff(ck) < 0) or cq[-1] != len(q) or ck[-1] != len(k):
+        raise ValueError("cu_seqlens_q, cu_seqlens_k: expected offsets from 0 to the packed lengths")
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ValueError("q, k, v: expected [T, H, D]")
+    return q, k, v, cq, ck
+
+
 def visible(b: int, hq: int, lq: int, lk: int, mask, window) -> np.ndarray:
     """[B, Hq, Lq, Lk] bool: the keys each query sees (window/causal/sink tokens and mask)."""
     see = visible_keys(lq, lk, **window)[None, None]

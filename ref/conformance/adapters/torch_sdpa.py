@@ -30,6 +30,7 @@ from ref.conformance.adapters._torch_attention import (
     TORCH_DTYPES,
     check_precision,
     check_qkv,
+    check_varlen,
     visible,
 )
 from ref.conformance.implementation import Implementation
@@ -63,15 +64,7 @@ def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-
 
 def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, precision: str = "bfloat16", **options):
     """`attention.attend_varlen` as one SDPA call per sequence."""
-    cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
-    if cq.dtype.kind not in "iu" or ck.dtype.kind not in "iu":
-        raise TypeError("cu_seqlens_q, cu_seqlens_k: expected integer offsets")
-    q, k, v = (np.asarray(x) for x in (q, k, v))
-    if cq.ndim != 1 or cq.shape != ck.shape or cq.size < 1 or cq[0] != 0 or ck[0] != 0 \
-            or np.any(np.diff(cq) < 0) or np.any(np.diff(ck) < 0) or cq[-1] != len(q) or ck[-1] != len(k):
-        raise ValueError("cu_seqlens_q, cu_seqlens_k: expected offsets from 0 to the packed lengths")
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
-        raise ValueError("q, k, v: expected [T, H, D]")
+    q, k, v, cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), NUMPY_DTYPES[precision])
     lse = np.zeros((q.shape[1], q.shape[0]), np.float32)
     for s in range(cq.size - 1):

@@ -61,6 +61,7 @@ from ref.conformance.adapters._torch_attention import (
     TORCH_DTYPES,
     check_precision,
     check_qkv,
+    check_varlen,
     visible,
 )
 from ref.conformance.implementation import Implementation
@@ -129,15 +130,7 @@ def attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, path: str 
                   precision: str = "bfloat16", **options):
     """`attention.attend_varlen` as one call per sequence (a sequence with no queries
     has no output and is not called)."""
-    cq, ck = np.asarray(cu_seqlens_q), np.asarray(cu_seqlens_k)
-    if cq.dtype.kind not in "iu" or ck.dtype.kind not in "iu":
-        raise TypeError("cu_seqlens_q, cu_seqlens_k: expected integer offsets")
-    q, k, v = (np.asarray(x) for x in (q, k, v))
-    if cq.ndim != 1 or cq.shape != ck.shape or cq.size < 1 or cq[0] != 0 or ck[0] != 0 \
-            or np.any(np.diff(cq) < 0) or np.any(np.diff(ck) < 0) or cq[-1] != len(q) or ck[-1] != len(k):
-        raise ValueError("cu_seqlens_q, cu_seqlens_k: expected offsets from 0 to the packed lengths")
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
-        raise ValueError("q, k, v: expected [T, H, D]")
+    q, k, v, cq, ck = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k)
     check_qkv(q[None], k[None], v[None], None, sinks=sinks, softcap=options.get("softcap", 0.0))
     out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), NUMPY_DTYPES[precision])
     lse = np.zeros((q.shape[1], q.shape[0]), np.float32)
