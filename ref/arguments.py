@@ -8,12 +8,13 @@ not integers, and True is not the integer 1.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["boolean", "choice", "integer", "positive_float32"]
+__all__ = ["boolean", "choice", "integer", "positive_float32", "real"]
 
 
 def integer(value, name: str, *, minimum: int | None = None, maximum: int | None = None,
@@ -60,3 +61,14 @@ def positive_float32(value, name: str) -> np.float32:
     if not (np.isfinite(v) and v > 0):
         raise ValueError(f"{name}: expected a positive finite float32, got {value!r}")
     return v
+
+
+def real(value, name: str, *, positive: bool = True) -> float:
+    """`value` as a finite Python float (an int or float, NumPy's too; not bool), > 0
+    unless `positive` is False."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise ValueError(f"{name}: expected a finite {'positive ' if positive else ''}number, got {value}")
+    return value

@@ -32,12 +32,13 @@ def test_every_op_points_at_an_existing_section_that_names_its_variants():
 
 PUBLIC = {
     "attention.md": ["ref.attention.attend", "ref.attention.flash", "ref.attention.emulate", "ref.attention.rope",
+                     "ref.attention.rope_config",
                      "ref.attention.mla", "ref.attention.mha2mla"],
     "formats.md": ["ref.formats", "ref.formats.mx", "ref.formats.nvfp4", "ref.formats.intgroup",
                    "ref.formats.layouts", "ref.formats.fakequant", "ref.formats.packing"],
     "conformance.md": ["ref.testing.compare", "ref.testing.ulp", "ref.testing.strategies", "ref.testing.golden",
                        "ref.testing.profiles", "ref.testing.operations", "ref.testing.bounded", "ref.conformance.adapters",
-                       "ref.conformance.runner", "ref.conformance.implementation"],
+                       "ref.conformance.runner", "ref.conformance.implementation", "ref.arguments"],
 }
 
 

@@ -37,6 +37,14 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ref.arguments import real
+from ref.attention.rope_config import (
+    ROPE_TYPES,
+    checked_rotary_dim,
+    read_scaling,
+    resolve_base,
+    resolve_rotary_dim,
+)
 from ref.formats.minifloat import PRECISIONS, round_to
 
 __all__ = [
@@ -51,124 +59,25 @@ __all__ = [
 ]
 
 ROPE_STYLES = ("neox", "gptj")
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 ATTENTION_FACTORS = ("cos_sin", "none")
 # Which keys YaRN's attention factor is read from (see `rope_frequencies`).
 MSCALE_KEYS = ("transformers", "vllm_deepseek")
-DEFAULT_BASE = 10000.0
 _FLOATS = ("float16", "bfloat16", "float32", "float64")
-
-# rope_scaling keys per rope_type: (required, optional); "rope_type"/"type" and the
-# keys every type may carry (transformers 5's rope_parameters) not listed.
-_COMMON = ("rope_theta", "partial_rotary_factor")
-_MSCALES = ("mscale", "mscale_all_dim")
-_KEYS = {
-    "default": ((), ()),
-    "linear": (("factor",), ()),
-    "llama3": (("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"), ()),
-    "yarn": (("factor", "original_max_position_embeddings"),
-             ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")),
-}
-
-
-def _real(value, name: str, *, positive: bool = True) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or (positive and value <= 0):
-        raise ValueError(f"{name}: expected a finite {'positive ' if positive else ''}number, got {value}")
-    return value
-
-
-def _rotary_dim(rotary_dim, d: int | None = None) -> int:
-    if isinstance(rotary_dim, (bool, np.bool_)) or not isinstance(rotary_dim, (int, np.integer)):
-        raise TypeError(f"rotary_dim: expected an integer, got {type(rotary_dim).__name__} {rotary_dim!r}")
-    r = int(rotary_dim)
-    if r < 0 or r % 2:
-        raise ValueError(f"rotary_dim: expected an even integer >= 0, got {r}")
-    if d is not None and r > d:
-        raise ValueError(f"rotary_dim: expected at most the head dim D = {d}, got {r}")
-    return r
-
-
-def _scaling(scaling) -> tuple[str, dict]:
-    """The rope_type and the checked keys of a rope_scaling mapping (the common keys
-    rope_theta and partial_rotary_factor removed: see `_common`)."""
-    if scaling is None:
-        return "default", {}
-    if not isinstance(scaling, Mapping):
-        raise TypeError(f"scaling: expected a Hugging Face rope_scaling mapping or None, got {type(scaling).__name__}")
-    cfg = {key: value for key, value in scaling.items() if value is not None and key not in _COMMON}  # None: absent
-    kind = cfg.pop("rope_type", None)
-    old = cfg.pop("type", None)
-    if kind is not None and old is not None and kind != old:
-        raise ValueError(f"rope_type: scaling gives rope_type {kind!r} and its old name type {old!r}")
-    kind = kind if kind is not None else old
-    if not isinstance(kind, str) or kind not in ROPE_TYPES:
-        raise ValueError(f"rope_type: expected one of {ROPE_TYPES}, got {kind!r}")
-    required, optional = _KEYS[kind]
-    for key in required:
-        if key not in cfg:
-            raise ValueError(f"{key}: rope_type {kind!r} needs scaling[{key!r}], got {sorted(scaling)}")
-    unknown = sorted(set(cfg) - set(required) - set(optional))
-    if unknown:
-        raise ValueError(f"{unknown[0]}: not a key of rope_type {kind!r}; expected {required + optional}")
-    for key, value in cfg.items():  # every key checked, read or not: no silent fallbacks
-        if key == "truncate":
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"truncate: expected a bool, got {type(value).__name__} {value!r}")
-        elif key in _MSCALES:  # 0 means absent, as in transformers
-            if _real(value, key, positive=False) < 0:
-                raise ValueError(f"{key}: expected a number >= 0, got {value}")
-        else:
-            _real(value, key)
-    return kind, cfg
-
-
-def _common(scaling) -> dict:
-    """rope_theta and partial_rotary_factor of a transformers 5 rope_parameters mapping, checked."""
-    if not isinstance(scaling, Mapping):
-        return {}
-    out = {}
-    if scaling.get("rope_theta") is not None:
-        out["rope_theta"] = _real(scaling["rope_theta"], "rope_theta")
-        if out["rope_theta"] <= 1:
-            raise ValueError(f"rope_theta: expected a number > 1, got {out['rope_theta']}")
-    if scaling.get("partial_rotary_factor") is not None:
-        factor = _real(scaling["partial_rotary_factor"], "partial_rotary_factor")
-        if factor > 1:
-            raise ValueError(f"partial_rotary_factor: expected a fraction in (0, 1], got {factor}")
-        out["partial_rotary_factor"] = factor
-    return out
-
-
-def _base(base, scaling) -> float:
-    """The RoPE base: `base`, else scaling["rope_theta"], else 10000; the two must agree."""
-    theta = _common(scaling).get("rope_theta")
-    if base is None:
-        return DEFAULT_BASE if theta is None else theta
-    base = _real(base, "base")
-    if base <= 1:
-        raise ValueError(f"base: expected a number > 1, got {base}")
-    if theta is not None and theta != base:
-        raise ValueError(f"base, rope_theta: base = {base} and scaling['rope_theta'] = {theta} disagree")
-    return base
-
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature sqrt(1/t) = 0.1 * mscale * ln(factor) + 1 (1 for factor <= 1).
 
     DeepSeek-V2/V3 multiply the softmax scale by yarn_mscale(factor, mscale_all_dim)^2.
     """
-    factor, mscale = _real(factor, "factor"), _real(mscale, "mscale", positive=False)
+    factor, mscale = real(factor, "factor"), real(mscale, "mscale", positive=False)
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
 def _llama3(inv_freq, cfg):
-    factor = _real(cfg["factor"], "factor")
-    low = _real(cfg["low_freq_factor"], "low_freq_factor")
-    high = _real(cfg["high_freq_factor"], "high_freq_factor")
-    orig = _real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
+    factor = real(cfg["factor"], "factor")
+    low = real(cfg["low_freq_factor"], "low_freq_factor")
+    high = real(cfg["high_freq_factor"], "high_freq_factor")
+    orig = real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
     if high <= low:
         raise ValueError(f"high_freq_factor: expected more than low_freq_factor = {low}, got {high}")
     work = inv_freq.dtype.type  # python floats below are weak: the arithmetic stays in it
@@ -183,10 +92,10 @@ def _llama3(inv_freq, cfg):
 
 
 def _yarn(inv_freq, r, base, cfg):
-    factor = _real(cfg["factor"], "factor")
-    orig = _real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
-    beta_fast = _real(cfg.get("beta_fast", 32.0), "beta_fast")
-    beta_slow = _real(cfg.get("beta_slow", 1.0), "beta_slow")
+    factor = real(cfg["factor"], "factor")
+    orig = real(cfg["original_max_position_embeddings"], "original_max_position_embeddings")
+    beta_fast = real(cfg.get("beta_fast", 32.0), "beta_fast")
+    beta_slow = real(cfg.get("beta_slow", 1.0), "beta_slow")
     if beta_fast < beta_slow:
         raise ValueError(f"beta_fast: expected at least beta_slow = {beta_slow}, got {beta_fast}")
     truncate = cfg.get("truncate", True)
@@ -210,16 +119,16 @@ def _yarn(inv_freq, r, base, cfg):
 
 
 def _yarn_attention_factor(cfg, mscale_keys: str) -> float:
-    factor = _real(cfg["factor"], "factor")
+    factor = real(cfg["factor"], "factor")
     if mscale_keys == "vllm_deepseek":  # vLLM's DeepseekScalingRotaryEmbedding: defaults 1 and 0, no attention_factor
-        mscale = _real(cfg.get("mscale", 1.0), "mscale", positive=False)
-        mscale_all_dim = _real(cfg.get("mscale_all_dim", 0.0), "mscale_all_dim", positive=False)
+        mscale = real(cfg.get("mscale", 1.0), "mscale", positive=False)
+        mscale_all_dim = real(cfg.get("mscale_all_dim", 0.0), "mscale_all_dim", positive=False)
         return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
     if "attention_factor" in cfg:
-        return _real(cfg["attention_factor"], "attention_factor")
+        return real(cfg["attention_factor"], "attention_factor")
     mscale, mscale_all_dim = cfg.get("mscale"), cfg.get("mscale_all_dim")
     if mscale and mscale_all_dim:  # both given and non-zero: DeepSeek's ratio
-        return yarn_mscale(factor, mscale) / yarn_mscale(factor, _real(mscale_all_dim, "mscale_all_dim"))
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, real(mscale_all_dim, "mscale_all_dim"))
     return yarn_mscale(factor)
 
 
@@ -272,9 +181,9 @@ def rope_frequencies(
 
     `base` defaults to scaling["rope_theta"] (transformers 5), else 10000.
     """
-    r = _rotary_dim(rotary_dim)
-    base = _base(base, scaling)
-    kind, cfg = _scaling(scaling)
+    r = checked_rotary_dim(rotary_dim)
+    base = resolve_base(base, scaling)
+    kind, cfg = read_scaling(scaling)
     if mscale_keys not in MSCALE_KEYS:
         raise ValueError(f"mscale_keys: expected one of {MSCALE_KEYS}, got {mscale_keys!r}")
     if dtype not in ("float64", "float32"):
@@ -283,30 +192,12 @@ def rope_frequencies(
     inv_freq = work(1) / _power(work(base), np.arange(0, r, 2, dtype=work) / work(r)) if r else np.zeros(0, work)
     factor = 1.0
     if kind == "linear":
-        inv_freq = inv_freq / work(_real(cfg["factor"], "factor"))
+        inv_freq = inv_freq / work(real(cfg["factor"], "factor"))
     elif kind == "llama3":
         inv_freq = _llama3(inv_freq, cfg)
     elif kind == "yarn":
         inv_freq, factor = _yarn(inv_freq, r, base, cfg), _yarn_attention_factor(cfg, mscale_keys)
     return inv_freq.astype(np.float64), factor
-
-
-def _resolve_rotary_dim(rotary_dim, d: int, scaling) -> int:
-    """rotary_dim, else int(D * partial_rotary_factor) (transformers 5), else D; the
-    explicit and the implied one must agree."""
-    fraction = _common(scaling).get("partial_rotary_factor")
-    implied = None if fraction is None else int(d * fraction)
-    if rotary_dim is None:
-        r = d if implied is None else implied
-        if r % 2:
-            what = "the head dim D" if implied is None else f"int(D * partial_rotary_factor) = int({d} * {fraction})"
-            raise ValueError(f"rotary_dim: the default is {what} = {r}, which is odd; pass an even rotary_dim")
-        return r
-    r = _rotary_dim(rotary_dim, d)
-    if implied is not None and implied != r:
-        raise ValueError(f"rotary_dim, partial_rotary_factor: rotary_dim = {r} but int(D * partial_rotary_factor) "
-                         f"= int({d} * {fraction}) = {implied}")
-    return r
 
 
 def _check(x, positions, rotary_dim, style, attention_factor, scaling=None):
@@ -327,7 +218,7 @@ def _check(x, positions, rotary_dim, style, attention_factor, scaling=None):
                          f"x [*S, H, D] = {arr.shape}, got {pos.shape}") from None
     if pos.size and pos.min() < 0:
         raise ValueError(f"positions: expected token indices >= 0, got minimum {pos.min()}")
-    r = _resolve_rotary_dim(rotary_dim, arr.shape[-1], scaling)
+    r = resolve_rotary_dim(rotary_dim, arr.shape[-1], scaling)
     if style not in ROPE_STYLES:
         raise ValueError(f"style: expected one of {ROPE_STYLES}, got {style!r}")
     if attention_factor not in ATTENTION_FACTORS:
