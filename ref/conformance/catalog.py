@@ -1,8 +1,10 @@
 """The catalog: every public oracle as an operation with its kind, variants and checks.
 
-Each area declares its operations in one file, `ref/<area>/ops.py`, exposing
-`OPERATIONS` (a sequence of `Op`) and `FLAGS` (flag name -> `Flag`); `discover()`
-finds those files, so adding a technique never touches a central list.
+Each area declares its operations in a package `ref/<area>/catalog/` (one module per
+technique) whose `__init__` gathers `OPERATIONS` (a sequence of operations, one type
+per kind: ref.testing.catalog_types) and `FLAGS` (flag name -> `Flag`); `discover()`
+finds those packages, so adding a technique never touches a central list. (An area
+not yet moved may still declare in `ref/<area>/ops.py`.)
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from ref.testing.operations import Flag, Kind, Op, Variant, seed_for
+from ref.testing.catalog_types import BoundedOp, ExactOp, Flag, Kind, Operation, Variant, seed_for
 
-__all__ = ["Flag", "Kind", "Op", "Variant", "discover", "flags", "get_op", "seed_for"]
+Op = Operation  # the base type, under its old name until every user moves
 
+__all__ = ["BoundedOp", "ExactOp", "Flag", "Kind", "Op", "Operation", "Variant", "discover", "flags", "get_op",
+           "seed_for"]
+
+
+FRAMEWORK = ("conformance", "testing")  # packages of ref/ that are not technique areas
 
 # Kinds the runner can judge today; a kind joins with its first real operation.
 RUNNABLE_KINDS = (Kind.EXACT, Kind.BOUNDED)
@@ -26,14 +33,17 @@ def _area_modules() -> Iterable[Any]:
     import ref
 
     for info in sorted(pkgutil.iter_modules(ref.__path__), key=lambda m: m.name):
-        if not info.ispkg:
+        if not info.ispkg or info.name in FRAMEWORK:
             continue
-        name = f"ref.{info.name}.ops"
-        try:
-            yield importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:
-                raise
+        for leaf in ("catalog", "ops"):
+            name = f"ref.{info.name}.{leaf}"
+            try:
+                yield importlib.import_module(name)
+            except ModuleNotFoundError as err:
+                if err.name != name:
+                    raise
+                continue
+            break
 
 
 @lru_cache(maxsize=1)
@@ -48,10 +58,10 @@ def _load() -> tuple[dict[str, Op], dict[str, Flag]]:
         for op in module.OPERATIONS:
             if op.name in ops:
                 raise ValueError(f"operation {op.name!r} is declared twice")
+            if not isinstance(op, Operation):
+                raise TypeError(f"{module.__name__}: {op!r} is not an operation (ref.testing.catalog_types)")
             if op.kind not in RUNNABLE_KINDS:
                 raise ValueError(f"operation {op.name!r}: the runner has no checker for kind {op.kind.value!r} yet")
-            if op.kind is Kind.BOUNDED and (op.emulate is None or any(v.latitude for v in op.variants)):
-                raise ValueError(f"operation {op.name!r}: a bounded op needs `emulate` and takes no latitude axes")
             ops[op.name] = op
     return ops, notes
 
