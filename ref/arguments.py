@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["boolean", "choice", "integer", "positive_float32", "real"]
+__all__ = ["boolean", "choice", "integer", "member", "positive_float32", "real"]
 
 
 def integer(value, name: str, *, minimum: int | None = None, maximum: int | None = None,
@@ -40,6 +40,13 @@ def choice(value, name: str, options: Sequence[str]) -> str:
     if value not in options:
         raise ValueError(f"{name}: expected one of {tuple(options)}, got {value!r}")
     return value
+
+
+def member(value, cls, name: str):
+    """A member of the Enum `cls`, given as itself or by its value."""
+    if isinstance(value, cls):
+        return value
+    return cls(choice(value, name, [m.value for m in cls]))
 
 
 def boolean(value, name: str) -> bool:

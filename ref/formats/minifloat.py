@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import choice, integer
+from ref.arguments import choice, integer, member
 
 __all__ = [
     "FORMATS",
@@ -281,7 +281,7 @@ _SOURCES = {
 }
 
 
-def _bit_length(v: NDArray[np.uint64]) -> NDArray[np.int64]:
+def bit_length(v: NDArray[np.uint64]) -> NDArray[np.int64]:
     """Number of significant bits of each unsigned integer (0 for 0), by halving."""
     v = v.copy()
     n = np.zeros(v.shape, dtype=np.int64)
@@ -290,13 +290,6 @@ def _bit_length(v: NDArray[np.uint64]) -> NDArray[np.int64]:
         n[big] += step
         v[big] >>= np.uint64(step)
     return n + (v > 0)
-
-
-def _enum(value, cls, name):
-    """A member of `cls`, given as itself or by its string value."""
-    if isinstance(value, cls):
-        return value
-    return cls(choice(value, name, [m.value for m in cls]))
 
 
 def _check_source(x: ArrayLike) -> NDArray:
@@ -393,10 +386,10 @@ def encode(
     """
     x = _check_source(x)
     f = get_format(fmt)
-    rounding = _enum(rounding, Rounding, "rounding")
-    overflow = f.default_overflow if overflow is None else _enum(overflow, Overflow, "overflow")
-    nan = _enum(nan, NanPolicy, "nan")
-    negative = _enum(negative, NegativePolicy, "negative")
+    rounding = member(rounding, Rounding, "rounding")
+    overflow = f.default_overflow if overflow is None else member(overflow, Overflow, "overflow")
+    nan = member(nan, NanPolicy, "nan")
+    negative = member(negative, NegativePolicy, "negative")
     if f.signed and negative is not NegativePolicy.NAN:
         raise ValueError(f"negative: only unsigned formats take a negative policy; {f.name} is signed")
     if overflow not in f.overflow_policies():
@@ -449,7 +442,7 @@ def _encode_bits(bits, source, f: FloatFormat, rounding, overflow, nan, negative
     ex = field_e - S(sbias)
     sub = ~normal & ~is_zero
     if sub.any():
-        ex[sub] = (_bit_length(sig[sub].astype(np.uint64)) - 1 + e2[sub]).astype(S)
+        ex[sub] = (bit_length(sig[sub].astype(np.uint64)) - 1 + e2[sub]).astype(S)
 
     # Round sig * 2^e2 at the target quantum 2^q, q = max(ex, emin) - m.
     ex_t = np.maximum(ex, S(f.emin))

@@ -36,8 +36,8 @@ import enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import integer
-from ref.formats.minifloat import _bit_length, _enum, decode, encode, get_format
+from ref.arguments import integer, member
+from ref.formats.minifloat import bit_length, decode, encode, get_format
 
 __all__ = ["MX_ELEMENTS", "ScaleOverflow", "ScaleRule", "dequantize", "quantize", "scale_exponents"]
 
@@ -81,7 +81,7 @@ def _log2_parts(amax: NDArray[np.float32]):
     bits = amax.view(np.uint32).astype(np.int64)
     field_e, field_m = bits >> 23, bits & 0x7FFFFF
     sub = field_e == 0
-    width = _bit_length(np.where(sub, field_m, 1).astype(np.uint64))
+    width = bit_length(np.where(sub, field_m, 1).astype(np.uint64))
     floor_log2 = np.where(sub, width - 150, field_e - 127)
     sig = np.where(sub, field_m << np.clip(24 - width, 0, 23), field_m | (1 << 23))
     return floor_log2, sig
@@ -91,8 +91,8 @@ def scale_exponents(amax: ArrayLike, elem: str, *, rule: ScaleRule | str = Scale
                     scale_overflow: ScaleOverflow | str = ScaleOverflow.NAN) -> NDArray[np.uint8]:
     """E8M0 scale codes (X + 127) for block maxima `amax` (float32, >= 0 or NaN/Inf)."""
     emax, mbits = _element(elem)
-    rule = _enum(rule, ScaleRule, "rule")
-    scale_overflow = _enum(scale_overflow, ScaleOverflow, "scale_overflow")
+    rule = member(rule, ScaleRule, "rule")
+    scale_overflow = member(scale_overflow, ScaleOverflow, "scale_overflow")
     amax = np.asarray(amax)
     if amax.dtype != np.float32:
         raise TypeError(f"amax: expected float32, got {amax.dtype}")

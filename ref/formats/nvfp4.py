@@ -56,8 +56,8 @@ import enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import boolean, positive_float32
-from ref.formats.minifloat import _enum, decode, encode
+from ref.arguments import boolean, member, positive_float32
+from ref.formats.minifloat import decode, encode
 
 __all__ = ["BLOCK", "RHT_SIGNS", "DequantOrder", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
 
@@ -174,7 +174,7 @@ def quantize(
     `rounding="stochastic"` takes `rbits` (uint32 per element; the top 8 bits are
     used, the width of PTX cvt.rs.e2m1x4's random numbers).
     """
-    recipe = _enum(recipe, Recipe, "recipe")
+    recipe = member(recipe, Recipe, "recipe")
     tile_2d, rht = boolean(tile_2d, "tile_2d"), boolean(rht, "rht")
     if global_amax is not None:
         global_amax = positive_float32(global_amax, "global_amax")
@@ -211,8 +211,8 @@ def dequantize(codes: ArrayLike, scales: ArrayLike, global_scale: float | np.flo
 
     The decode scale d is f32(1/g) for TE and vLLM, p itself for torchao; a NaN
     block scale (0x7F, 0xFF) makes its block NaN."""
-    recipe = _enum(recipe, Recipe, "recipe")
-    order = _enum(order, DequantOrder, "order")
+    recipe = member(recipe, Recipe, "recipe")
+    order = member(order, DequantOrder, "order")
     g = positive_float32(global_scale, "global_scale")
     codes, scales = np.asarray(codes), np.asarray(scales)
     for name, a in (("codes", codes), ("scales", scales)):
