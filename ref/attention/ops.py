@@ -39,7 +39,7 @@ from ref.attention.ops_rope_mla import (
     _rope_vectors,
 )
 from ref.formats.minifloat import round_to
-from ref.testing.golden import Case, VectorSpec
+from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.operations import Flag, Kind, Op, Variant, seed_for
 
 _SPEC = "spec/attention.md"

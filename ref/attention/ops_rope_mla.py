@@ -11,7 +11,7 @@ from ref.attention import emulate, mla, rope
 from ref.attention.ops_common import grid
 from ref.formats.minifloat import round_to
 from ref.testing.bounded import Bound
-from ref.testing.golden import Case, VectorSpec
+from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.operations import Variant, seed_for
 
 # k = 4: a float32 RoPE's error is the angle's, position times the frequency's error, and float32
