@@ -237,3 +237,100 @@ def test_a_reader_without_ref_gets_the_spec_values():
     want = np.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * 2.0 ** (e.astype(float) - 7)) * (-1.0) ** s
     want[(e == 15) & (m == 7)] = np.nan
     assert np.array_equal(values, want.astype(np.float32), equal_nan=True)
+
+
+SCHEMA = Path(__file__).resolve().parents[1] / "spec" / "golden.schema.json"
+
+
+@pytest.fixture(scope="module")
+def validator():
+    jsonschema = pytest.importorskip("jsonschema", reason="the test extra installs jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _errors(validator, doc) -> list[str]:
+    return [e.message for e in validator.iter_errors(doc)]
+
+
+def test_every_golden_file_validates_against_the_published_schema(validator):
+    docs = sorted(GOLDEN.rglob("*.json"))
+    assert len(docs) == len(load_manifest()["ops"]) + 1
+    for path in docs:
+        doc = json.loads(path.read_text())
+        assert _errors(validator, doc) == [], path
+        kind = "manifest" if path.name == "manifest.json" else doc["kind"]
+        assert doc["schema"] == f"llm-ref-golden/2/{kind}", path
+
+
+def _edited(rel: str, edit) -> dict:
+    doc = json.loads((GOLDEN / rel).read_text())
+    edit(doc)
+    return doc
+
+
+def test_the_schema_rejects_a_missing_schema_field_and_wrong_types(validator):
+    exact, bounded = "formats/float8_e4m3fn.encode.json", "attention/attend.json"
+    wrong = {
+        "no schema field": _edited(exact, lambda d: d.pop("schema")),
+        "an unknown type": _edited(exact, lambda d: d.update(schema="llm-ref-golden/2/exotic")),
+        "format 1": _edited(exact, lambda d: d.update(schema="llm-ref-golden/1/exact")),
+        "an exact document typed bounded": _edited(exact, lambda d: d.update(schema="llm-ref-golden/2/bounded")),
+        "an exact document typed stateful": _edited(exact, lambda d: d.update(schema="llm-ref-golden/2/stateful")),
+        "a bounded document without vectors": _edited(bounded, lambda d: d.pop("vectors")),
+        "the manifest typed exact": _edited("manifest.json", lambda d: d.update(schema="llm-ref-golden/2/exact")),
+        "the manifest at format 1": _edited("manifest.json", lambda d: d.update(golden_format=1)),
+        "a shape given as a string": _edited(exact, lambda d: d["vectors"][0]["inputs"]["x"].update(shape="16")),
+        "a float variant value": _edited(exact, lambda d: d["variants"]["rounding"].update(default=0.5)),
+        "a valid vector without its output": _edited(exact, lambda d: d["vectors"][0].pop("expected")),
+        "an unknown field": _edited(bounded, lambda d: d.update(tolerance=1e-3)),
+    }
+    for what, doc in wrong.items():
+        assert _errors(validator, doc), f"{what} accepted"
+
+
+def _statistical() -> dict:
+    entry = {"key": "1.x", "dtype": "<f4", "shape": [4]}
+    return {
+        "schema": "llm-ref-golden/2/statistical", "op": "formats.float8_e4m3fn.encode_sr", "kind": "statistical",
+        "spec": "spec/formats.md#sr", "summary": "s", "seed": 1, "variants": {}, "calls": 64, "false_alarm": 1e-6,
+        "outputs": ["outcomes", "probabilities"],
+        "vectors": [{"id": 1, "comment": "c", "flags": ["Random"], "result": "valid", "params": {},
+                     "inputs": {"x": entry},
+                     "expected": {"outcomes": {**entry, "key": "1.expected.outcomes", "dtype": "|u1", "shape": [4, 2]},
+                                  "probabilities": {**entry, "key": "1.expected.probabilities", "dtype": "<f8",
+                                                    "shape": [4, 2]}}}],
+    }
+
+
+def _stateful() -> dict:
+    return {
+        "schema": "llm-ref-golden/2/stateful", "op": "caches.paged.allocator", "kind": "stateful", "spec": "s",
+        "summary": "s", "seed": 2, "variants": {"policy": {"values": ["lru"], "default": "lru", "doc": "d",
+                                                             "latitude": False}},
+        "identifiers": ["blocks[*]"],
+        "traces": [{"id": 1, "comment": "c", "flags": [], "result": "valid", "params": {"policy": "lru"},
+                    "steps": [{"method": "allocate", "args": {"n": 2}, "observation": {"blocks": [0, 1]}}]}],
+    }
+
+
+def test_the_schema_describes_statistical_and_stateful_documents(validator):
+    assert _errors(validator, _statistical()) == []
+    assert _errors(validator, _stateful()) == []
+    for field in ("calls", "false_alarm"):
+        doc = _statistical()
+        doc.pop(field)
+        assert _errors(validator, doc), field
+    doc = _statistical()
+    doc["vectors"][0]["expected"]["probabilities"]["dtype"] = "<f4"
+    assert _errors(validator, doc), "float32 probabilities accepted"
+    doc = _statistical()
+    doc["outputs"] = ["expected"]
+    assert _errors(validator, doc), "a statistical document without a distribution accepted"
+    doc = _stateful()
+    doc.pop("identifiers")
+    assert _errors(validator, doc), "identifiers"
+    doc = _stateful()
+    doc["traces"][0]["steps"][0].pop("observation")
+    assert _errors(validator, doc), "a step without its observation accepted"
