@@ -334,3 +334,12 @@ def test_the_schema_describes_statistical_and_stateful_documents(validator):
     doc = _stateful()
     doc["traces"][0]["steps"][0].pop("observation")
     assert _errors(validator, doc), "a step without its observation accepted"
+
+
+def test_a_folder_of_another_golden_format_is_refused_by_name(copy):
+    manifest = load_manifest(copy)
+    manifest["golden_format"] = 1
+    (copy / "manifest.json").write_bytes(dump_json(manifest))
+    assert regenerate.check(copy) == ["manifest.json: golden format 1, expected 2 (run `python -m ref golden --write`)"]
+    with pytest.raises(ValueError, match="golden format 1; this version of ref reads format 2"):
+        load_vectors("formats.float8_e4m3fn.encode", copy)
