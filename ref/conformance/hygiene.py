@@ -15,10 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-__all__ = ["LAYOUTS", "InputModified", "SharedOutputs", "check_unmodified", "lay_out", "layouts", "snapshot"]
-
-LAYOUTS = ("C", "strided", "negative", "F", "row_pitch")
-
+__all__ = ["InputModified", "SharedOutputs", "check_unmodified", "lay_out", "layouts", "snapshot"]
 
 class InputModified(Exception):
     """An implementation wrote into an array it was given."""

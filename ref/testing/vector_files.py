@@ -116,10 +116,6 @@ class Vector:
     alternatives: Mapping[str, Output]
     formats: Mapping[str, str]
 
-    @property
-    def case(self) -> Case:
-        return Case(self.inputs, self.params)
-
 
 def golden_dir() -> Path:
     """The bundled golden folder: inside the installed package, else the checkout's."""
