@@ -26,7 +26,7 @@ def _list(args) -> int:
         counts = {}
     rows = [("op", "kind", "variants", "vectors", "spec")]
     for name, op in discover().items():
-        variants = "; ".join(f"{v.name}={'|'.join(v.values)}" for v in op.variants) or "-"
+        variants = "; ".join(f"{v.name}={'|'.join(map(v.text, v.values))}" for v in op.variants) or "-"
         rows.append((name, op.kind.value, variants, str(counts.get(name, 0)), op.spec))
     if args.names:
         print("\n".join(r[0] for r in rows[1:]))
