@@ -6,11 +6,17 @@ precision; the report's worst is the largest error as a fraction of its bound.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from ref.conformance.implementation import Implementation
+from ref.conformance.judges import Settings
 from ref.conformance.judges.arrays import run_checks
-from ref.conformance.judges.candidate import ArrayJudge
+from ref.conformance.judges.candidate import ArrayJudge, Watch
+from ref.conformance.report import OpReport
 from ref.testing.bounded import precision_of, ratio
+from ref.testing.catalog_types import Operation
 from ref.testing.compare import Comparison
 from ref.testing.vector_files import Case, as_output
 
@@ -44,6 +50,7 @@ class BoundedJudge(ArrayJudge):
         return self.op.compare(expected, actual, held[2], precision)
 
 
-def run_op(op, fn, impl, settings, report, watch=None) -> None:
-    """The judges' protocol (ref.conformance.judges)."""
+def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
+           watch: Watch | None = None) -> None:
+    """Judge `fn` on `op` into `report` (the protocol of ref.conformance.judges)."""
     run_checks(BoundedJudge(op, fn, impl, report, watch), settings)

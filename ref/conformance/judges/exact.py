@@ -9,12 +9,15 @@ and none left at the end is a failure ("latitude", undeclared variant axis).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from ref.conformance.implementation import Implementation
+from ref.conformance.judges import Settings
 from ref.conformance.judges.arrays import run_checks
-from ref.conformance.judges.candidate import ArrayJudge
-from ref.conformance.report import Failure
-from ref.testing.catalog_types import Variant
+from ref.conformance.judges.candidate import ArrayJudge, Watch
+from ref.conformance.report import Failure, OpReport
+from ref.testing.catalog_types import Operation, Variant
 from ref.testing.compare import Comparison
 from ref.testing.vector_files import Case, as_output, same_output
 
@@ -90,6 +93,7 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def run_op(op, fn, impl, settings, report, watch=None) -> None:
-    """The judges' protocol (ref.conformance.judges)."""
+def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
+           watch: Watch | None = None) -> None:
+    """Judge `fn` on `op` into `report` (the protocol of ref.conformance.judges)."""
     run_checks(ExactJudge(op, fn, impl, report, watch), settings)
