@@ -343,3 +343,47 @@ def test_a_folder_of_another_golden_format_is_refused_by_name(copy):
     assert regenerate.check(copy) == ["manifest.json: golden format 1, expected 2 (run `python -m ref golden --write`)"]
     with pytest.raises(ValueError, match="golden format 1; this version of ref reads format 2"):
         load_vectors("formats.float8_e4m3fn.encode", copy)
+
+
+def test_a_stateful_op_is_one_json_document_of_traces(tmp_path, monkeypatch):
+    """The regeneration side of the stateful kind, with a stand-in for
+    ref.testing.stateful: the document is the header plus `trace_document(op)`, no
+    NPZ; --check names an edited trace and reports `check_trace_document`'s problems."""
+    import sys
+    import types
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from ref.testing.catalog_types import Operation
+
+    @dataclass(frozen=True, kw_only=True)
+    class Toy(Operation):
+        kind: ClassVar[Kind] = Kind.STATEFUL
+
+    op = Toy(name="toy.counter", oracle=lambda: None, summary="a counter", spec="spec/conformance.md",
+             vectors=lambda: [], examples=lambda supported: None)
+    problems: list[str] = []
+    stand_in = types.ModuleType("ref.testing.stateful")
+    stand_in.trace_document = lambda op: {"identifiers": [], "traces": [
+        {"id": 1, "comment": "count to two", "flags": ["Random"], "result": "valid", "params": {},
+         "steps": [{"method": "add", "args": {"n": 1}, "observation": 1},
+                   {"method": "add", "args": {"n": 1}, "observation": 2}]}]}
+    stand_in.check_trace_document = lambda op, doc: list(problems)
+    monkeypatch.setitem(sys.modules, "ref.testing.stateful", stand_in)
+    monkeypatch.setattr(regenerate, "discover", lambda: {op.name: op})
+
+    assert regenerate.write(tmp_path) == ["toy/counter.json", "manifest.json"]
+    manifest = load_manifest(tmp_path)
+    assert manifest["ops"]["toy.counter"] == {"json": "toy/counter.json", "vectors": 1, "seed": op.seed}
+    doc = json.loads((tmp_path / "toy/counter.json").read_text())
+    assert doc["schema"] == "llm-ref-golden/2/stateful" and doc["traces"][0]["steps"][1]["observation"] == 2
+    assert regenerate.check(tmp_path) == []
+
+    problems.append("trace 1, step 2: expected 2, the oracle observes 3")
+    assert regenerate.check(tmp_path) == ["toy/counter.json: trace 1, step 2: expected 2, the oracle observes 3"]
+    problems.clear()
+    doc["traces"][0]["comment"] = "edited"
+    (tmp_path / "toy/counter.json").write_bytes(dump_json(doc))
+    assert regenerate.check(tmp_path) == [
+        "toy/counter.json: sha256 differs from the manifest (edited by hand?)",
+        "toy/counter.json: trace 1 (count to two) differs from the generator's"]
