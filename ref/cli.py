@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from ref.conformance import goldens
+from ref.conformance.adapters import DEFAULT, shipped_xfails
 from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import load_implementation
 from ref.conformance.runner import parse_entries, run
 from ref.testing.golden import golden_dir, load_manifest
 
-DEFAULT_IMPL = "ref.conformance.adapters.default"
-DEFAULT_XFAILS = Path(__file__).parent / "conformance" / "adapters" / "ml_dtypes_casts.xfails"
+DEFAULT_IMPL = DEFAULT
 DEFAULT_TIMEOUT = 60.0  # seconds per call under --isolate
 
 
@@ -61,23 +60,11 @@ def _entries(path: str | None, kind: str):
     return parse_entries(p.read_text(), source=path)
 
 
-def _shipped_xfails(impl_spec: str) -> Path | None:
-    """The xfails file an adapter module ships beside itself (`name.py` -> `name.xfails`)."""
-    try:
-        found = importlib.util.find_spec(impl_spec.partition(":")[0])
-    except (ImportError, ValueError):
-        return None  # load_implementation names the problem
-    if found is None or not found.origin:
-        return None
-    path = Path(found.origin).with_suffix(".xfails")
-    return path if path.is_file() else None
-
-
 def _conform(args) -> int:
     impl_spec = args.impl or DEFAULT_IMPL
     xfails_path = args.xfails_file
     if xfails_path is None:
-        shipped = DEFAULT_XFAILS if args.impl is None else _shipped_xfails(impl_spec)
+        shipped = shipped_xfails(impl_spec)
         xfails_path = str(shipped) if shipped else None
     if args.timeout is not None and not args.isolate:
         raise ValueError("--timeout: only with --isolate (a call in process cannot be stopped)")
