@@ -14,7 +14,6 @@ from ref.conformance.implementation import load_implementation
 from ref.conformance.runner import parse_entries, run
 from ref.testing.golden import golden_dir, load_manifest
 
-DEFAULT_IMPL = DEFAULT
 DEFAULT_TIMEOUT = 60.0  # seconds per call under --isolate
 
 
@@ -61,7 +60,7 @@ def _entries(path: str | None, kind: str):
 
 
 def _conform(args) -> int:
-    impl_spec = args.impl or DEFAULT_IMPL
+    impl_spec = args.impl or DEFAULT
     xfails_path = args.xfails_file
     if xfails_path is None:
         shipped = shipped_xfails(impl_spec)
@@ -128,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_golden)
 
     p = sub.add_parser("conform", parents=[common], help="run the conformance suite against an implementation")
-    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT_IMPL}: ml_dtypes' casts and float32 NumPy attention)")
+    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT}: ml_dtypes' casts and float32 NumPy attention)")
     p.add_argument("--ops", help="comma-separated op names or globs (default: all)")
     p.add_argument("--examples", type=int, default=50, help="hypothesis examples per op (default 50)")
     p.add_argument("--no-shrink", action="store_true", help="report the first failing example unshrunk")

@@ -2,8 +2,8 @@
 ml_dtypes' C++ casts for the element formats (a real third-party library, with its
 known deviations listed in ml_dtypes_casts.xfails) and the float32 NumPy attention
 kernels of `numpy_attention` (written independently of the oracles) for the bounded
-attention ops. `IMPL` and `XFAILS` name it for the command line and the pytest
-plugin."""
+attention ops. `ref.conformance.adapters.DEFAULT` names this module for the command
+line and the pytest plugin; `XFAILS` is its expected failures (the casts')."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from pathlib import Path
 
 from ref.conformance.adapters import ml_dtypes_casts, numpy_attention
 
-IMPL = __name__  # the module path `--impl` takes when none is given
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = f"{ml_dtypes_casts.NAME} casts + {numpy_attention.NAME}"
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {**ml_dtypes_casts.OPS, **numpy_attention.OPS}
 VARIANTS = {**ml_dtypes_casts.VARIANTS, **numpy_attention.VARIANTS}
 DTYPES = dict(ml_dtypes_casts.DTYPES)
-# The casts' known deviations are the default's (numpy_attention passes everything).
-XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")
