@@ -6,7 +6,7 @@ is a factory with the same signature. A trace is the params and a list of steps
 (method, args); after each step the op's `observe(method, returned)` turns what the
 method returned into a JSON observation, and a candidate must produce the same
 observation, up to the renaming of `identifiers` (ids an implementation may choose,
-such as block ids: `Renaming`). A step the oracle refuses (ValueError or TypeError)
+such as block ids: ref.testing.renaming). A step the oracle refuses (ValueError or TypeError)
 must be refused by the candidate too.
 
 Golden documents of this kind (`trace_document`, `check_trace_document`,
@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,17 +28,14 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.testing.catalog_types import Kind, Operation
+from ref.testing.renaming import IdentifierPath
 
-__all__ = ["REFUSALS", "SCHEMA", "Renaming", "StatefulOp", "Step", "Trace", "TraceSpec", "as_json", "build_traces",
+__all__ = ["REFUSALS", "SCHEMA", "StatefulOp", "Step", "Trace", "TraceSpec", "as_json", "build_traces",
            "check_trace_document", "load_traces", "trace_document", "traces_from_document"]
 
 SCHEMA = "llm-ref-golden/2/stateful"
 TRACE_RESULTS = ("valid", "invalid")
 REFUSALS = (ValueError, TypeError)  # what an oracle raises on a step it refuses
-
-_PATH = re.compile(r"(?P<method>[A-Za-z_]\w*)\.(?P<root>observation|args\.[A-Za-z_]\w*)"
-                   r"(?P<rest>(?:\[\*\]|\.[A-Za-z_]\w*)*)")
-
 
 def as_json(value: Any, where: str = "observation") -> Any:
     """`value` as JSON: None, bool, int, finite float, str, and lists (from lists,
@@ -71,23 +67,6 @@ def _observe(method: str, value: Any) -> Any:
 
 def _repr_snapshot(obj: Any) -> Any:
     return repr(obj)
-
-
-@dataclass(frozen=True)
-class _Path:
-    method: str
-    root: str  # "observation" or "args.<name>"
-    segments: tuple[str, ...]  # "[*]" (every element of a list) or ".key" (an object's member)
-
-    @classmethod
-    def parse(cls, text: str, methods: Sequence[str], field_name: str) -> _Path:
-        m = _PATH.fullmatch(text) if isinstance(text, str) else None
-        if m is None:
-            raise ValueError(f"{field_name}: {text!r} is not a path like 'allocate.observation[*]' or "
-                             f"'free.args.ids[*]' (method, then observation or args.NAME, then [*] or .key)")
-        if m["method"] not in methods:
-            raise ValueError(f"{field_name}: {text!r} names method {m['method']!r}, not one of {tuple(methods)}")
-        return cls(m["method"], m["root"], tuple(re.findall(r"\[\*\]|\.\w+", m["rest"])))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +111,7 @@ class StatefulOp(Operation):
             if isinstance(paths, str):
                 raise TypeError(f"{where}: {name} is a tuple of paths, got the string {paths!r}")
             for text in paths:
-                _Path.parse(text, self.methods, f"{where}: {name}")
+                IdentifierPath.parse(text, self.methods, f"{where}: {name}")
         stray = [p for p in self.releases if p not in self.identifiers]
         if stray:
             raise ValueError(f"{where}: releases {stray} are not among the identifiers")
@@ -186,6 +165,8 @@ def _replay(op: StatefulOp, params: Mapping[str, Any], steps: Sequence[tuple[str
     for i, (method, args) in enumerate(steps):
         if method not in op.methods:
             raise ValueError(f"{where}: step {i + 1} calls {method!r}, not one of the methods {op.methods}")
+        if not isinstance(args, Mapping):
+            raise ValueError(f"{where}: step {i + 1}'s args must be an object, got {type(args).__name__}")
         try:
             returned = _call(model, method, args)
         except REFUSALS:
@@ -296,122 +277,3 @@ def load_traces(op_name: str, directory: Path) -> list[Trace] | None:
     if manifest.get("files", {}).get(info["json"]) != hashlib.sha256(data).hexdigest():
         raise ValueError(f"golden: {info['json']} does not match its sha256 in the manifest (edited by hand?)")
     return traces_from_document(json.loads(data))
-
-
-def _walk(value: Any, at: tuple[str, ...] = ()):
-    """(location, value) of every node of a JSON value; a list element's location
-    token is "[*]", an object member's ".key"."""
-    yield at, value
-    if isinstance(value, list):
-        for v in value:
-            yield from _walk(v, at + ("[*]",))
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _walk(v, at + (f".{k}",))
-
-
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-class Renaming:
-    """Identifiers compared "equal up to renaming": a bijection from the oracle's ids
-    to the candidate's, kept across the whole trace. An oracle id seen for the first
-    time binds to the candidate's id at the same place, which must not already stand
-    for another oracle id; an id seen again must map the same way. A release path
-    ends the binding of the ids it holds once the step succeeds. Arguments at
-    identifier paths are translated into the candidate's ids before its call."""
-
-    def __init__(self, op: StatefulOp):
-        self.ids = [_Path.parse(p, op.methods, "identifiers") for p in op.identifiers]
-        self.released = [_Path.parse(p, op.methods, "releases") for p in op.releases]
-        self.forward: dict[str, Any] = {}  # oracle id (as JSON text) -> candidate id
-        self.backward: dict[str, Any] = {}  # candidate id (as JSON text) -> oracle id
-        self.retired: dict[str, Any] = {}  # oracle id -> the candidate id it had when released
-
-    def _at(self, paths: list[_Path], method: str, root: str) -> set[tuple[str, ...]]:
-        return {p.segments for p in paths if p.method == method and p.root == root}
-
-    def compare(self, method: str, expected: Any, actual: Any) -> str | None:
-        """None when `actual` is `expected` up to renaming (binding new ids), else the
-        first difference and where it is (`observation[1].block`)."""
-        places = self._at(self.ids, method, "observation")
-        bound: dict[str, Any] = {}
-        problem = self._match(expected, actual, (), "observation", places, bound)
-        if problem is None:
-            for k, v in bound.items():
-                self.forward[k], self.backward[_key(v)] = v, json.loads(k)
-        return problem
-
-    def _match(self, e: Any, a: Any, at: tuple[str, ...], where: str, places, bound) -> str | None:
-        if at in places:
-            ek, ak = _key(e), _key(a)
-            if ek in bound or ek in self.forward:
-                want = bound[ek] if ek in bound else self.forward[ek]
-                return None if _key(want) == ak else (f"{where}: oracle id {ek} stands for the candidate's "
-                                                      f"{_key(want)}, got {ak}")
-            owner = [k for k, v in bound.items() if _key(v) == ak] or (
-                [_key(self.backward[ak])] if ak in self.backward else [])
-            if owner:
-                return (f"{where}: the candidate's id {ak} already stands for oracle id {owner[0]}, "
-                        f"here it would stand for {ek} too")
-            bound[ek] = a
-            return None
-        if isinstance(e, list) and isinstance(a, list):
-            if len(e) != len(a):
-                return f"{where}: expected {len(e)} elements, got {len(a)}"
-            return next((p for i, (x, y) in enumerate(zip(e, a))
-                         if (p := self._match(x, y, at + ("[*]",), f"{where}[{i}]", places, bound))), None)
-        if isinstance(e, dict) and isinstance(a, dict):
-            if set(e) != set(a):
-                return f"{where}: expected keys {sorted(e)}, got {sorted(a)}"
-            return next((p for k in e if (p := self._match(e[k], a[k], at + (f".{k}",), f"{where}.{k}", places,
-                                                          bound))), None)
-        return None if _key(e) == _key(a) else f"{where}: expected {_key(e)}, got {_key(a)}"
-
-    def translate(self, method: str, args: Mapping[str, Any]) -> dict[str, Any]:
-        """`args` with every oracle id at an identifier path replaced by the
-        candidate's: its binding; an id released before, by the candidate id it had
-        (a double free reaches the candidate as one) unless that id now stands for
-        another; an id never bound, by itself or, if the candidate uses that value,
-        by one it does not."""
-        out = {}
-        for name, value in args.items():
-            places = self._at(self.ids, method, f"args.{name}")
-            out[name] = self._rewrite(value, (), places) if places else value
-        return out
-
-    def _rewrite(self, value: Any, at: tuple[str, ...], places) -> Any:
-        if at in places:
-            k = _key(value)
-            if k in self.forward:
-                return self.forward[k]
-            for option in (self.retired.get(k), value):
-                if option is not None and _key(option) not in self.backward:
-                    return option
-            fresh = value
-            while _key(fresh) in self.backward:
-                fresh = fresh + 1 if isinstance(fresh, int) and not isinstance(fresh, bool) else f"{fresh}'"
-            return fresh
-        if isinstance(value, list):
-            return [self._rewrite(v, at + ("[*]",), places) for v in value]
-        if isinstance(value, dict):
-            return {k: self._rewrite(v, at + (f".{k}",), places) for k, v in value.items()}
-        return value
-
-    def release(self, method: str, args: Mapping[str, Any], observation: Any) -> None:
-        """End the bindings of the ids at release paths of a step that succeeded
-        (`args` and `observation` in the oracle's terms)."""
-        found = []
-        for p in self.released:
-            if p.method != method:
-                continue
-            if p.root == "observation":
-                found += [v for at, v in _walk(observation) if at == p.segments]
-            elif p.root[5:] in args:
-                found += [v for at, v in _walk(args[p.root[5:]]) if at == p.segments]
-        for value in found:
-            k = _key(value)
-            if k in self.forward:
-                self.retired[k] = theirs = self.forward.pop(k)
-                self.backward.pop(_key(theirs), None)

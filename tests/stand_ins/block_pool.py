@@ -19,7 +19,7 @@ from ref.arguments import integer
 from ref.testing.catalog_types import Area
 from ref.testing.stateful import StatefulOp, TraceSpec
 
-__all__ = ["BLOCK_POOL", "BUGS", "CORRECT", "BlockPool"]
+__all__ = ["BLOCK_POOL", "BUGS", "CORRECT", "SEARCH_ONLY_BUGS", "BlockPool"]
 
 
 class BlockPool:
@@ -138,9 +138,25 @@ class StaleCount(BlockPool):
         return self._count
 
 
+class PartialAllocate(BlockPool):
+    """Bug: allocate takes blocks one by one and refuses only when it runs out, so a
+    refused request keeps the blocks it took (no golden trace goes past a refusal:
+    the property search finds it)."""
+
+    def allocate(self, n):
+        ids = []
+        for _ in range(integer(n, "n", minimum=0)):
+            if not self._free:
+                raise ValueError(f"n: {n} blocks asked, {len(ids)} were free")
+            ids.append(self._take())
+            self._live.add(ids[-1])
+        return ids
+
+
 CORRECT = {"fifo": BlockPool, "lifo": LifoPool, "offset": OffsetPool}
 BUGS = {"double_free": DoubleFreeAccepted, "off_by_one": OffByOneCapacity, "leak": Leak,
         "live_id": LiveIdHandedOut, "stale_count": StaleCount}
+SEARCH_ONLY_BUGS = {"partial_allocate": PartialAllocate}
 
 
 # (which step, a count, a few picks): one strategy built once, read against the pool's state

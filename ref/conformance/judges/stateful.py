@@ -14,6 +14,7 @@ NotImplementedError from the candidate declines the trace (counted, not failed).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,7 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from ref.conformance.report import Entry, Failure, OpReport
 from ref.testing.golden import golden_dir
-from ref.testing.stateful import REFUSALS, Renaming, StatefulOp, Trace, as_json, build_traces, load_traces
+from ref.testing.renaming import Renaming
+from ref.testing.stateful import REFUSALS, StatefulOp, Trace, as_json, build_traces, load_traces
 
 __all__ = ["Divergence", "Lockstep", "run_op"]
 
@@ -34,7 +36,12 @@ ASK = object()  # the expected outcome comes from the oracle object itself
 
 
 class Divergence(Exception):
-    """The candidate's object parted from the oracle's: the message is the report."""
+    """The candidate's object parted from the oracle's: the message is the report;
+    `steps` counts the trace's steps up to the diverging one (0: at construction)."""
+
+    def __init__(self, text: str, steps: int):
+        super().__init__(text)
+        self.steps = steps
 
 
 class Declined(Exception):
@@ -63,7 +70,7 @@ class Lockstep:
     def __init__(self, op: StatefulOp, factory: Callable, *, watch: Watch | None = None,
                  at: tuple[str, tuple[str, ...]] = ("", ()), report: OpReport | None = None):
         self.op, self.factory, self.watch, self.at, self.report = op, factory, watch, at, report
-        self.renaming = Renaming(op)
+        self.renaming = Renaming(op.methods, op.identifiers, op.releases)
         self.model: Any = None  # None until started, and when the params are refused
         self.candidate: Any = None
         self.history: list[str] = []  # "k. call -> observation" of each step done
@@ -109,13 +116,18 @@ class Lockstep:
         """Apply one step to both objects; `expected`: the stored observation, REFUSED,
         or ASK (the oracle object's)."""
         number = len(self.history) + 1
+        if method not in self.op.methods:
+            raise ValueError(f"step {number} calls {method!r}, not one of the methods {self.op.methods}")
         try:
-            seen = self.op.observe(method, getattr(self.model, method)(**args))
+            seen = self.op.observe(method, getattr(self.model, method)(**copy.deepcopy(dict(args))))
         except REFUSALS as exc:
             seen = REFUSED
             why = _short(exc)
+        except Exception as exc:
+            raise RuntimeError(f"the oracle raised {_short(exc)} at step {number} ({_call_text(method, args)}): "
+                               f"a defect of the suite, please report it") from None
         expected = seen if expected is ASK else expected
-        mine = self.renaming.translate(method, args)
+        mine = copy.deepcopy(self.renaming.translate(method, args))
         call = _call_text(method, args)
         if _text(mine) != _text(dict(args)):
             call += f" (called on the candidate as {_call_text(method, mine)})"
@@ -151,6 +163,8 @@ class Lockstep:
         if obj is None:
             return "(none)"
         try:
+            if obj is self.candidate:
+                return _text(self._candidate(lambda: self.op.snapshot(obj), {}))
             return _text(self.op.snapshot(obj))
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
@@ -165,7 +179,7 @@ class Lockstep:
                   f"  candidate state after it: {self._snapshot(self.candidate)}"]
         lines += [f"  steps before ({len(self.history)}):"] + [f"    {h}" for h in self.history] if self.history \
             else ["  no steps before"]
-        raise Divergence("\n      ".join(lines))
+        raise Divergence("\n      ".join(lines), 0 if where == "construction" else len(self.history) + 1)
 
 
 def run_op(op: StatefulOp, fn: Callable, impl, settings, report: OpReport, watch: Watch | None = None) -> None:
@@ -249,9 +263,9 @@ def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
                 state["traces"] -= 1
                 self.declined = True
             except Divergence as d:
-                steps = len(self.run.history) + 1
-                state["failure"] = Failure("property", f"{'minimal ' if chosen.shrink else ''}failing trace of "
-                                           f"{steps} step{'s' if steps > 1 else ''}", (), dict(self.params), str(d))
+                size = f"of {d.steps} step{'s' * (d.steps > 1)}" if d.steps else "(diverging at construction)"
+                state["failure"] = Failure("property", f"{'minimal ' * chosen.shrink}failing trace {size}", (),
+                                           dict(self.params), str(d))
                 raise AssertionError(str(d)) from None
 
     machine = seed(op.seed)(Machine)  # the same traces on every run
