@@ -16,6 +16,7 @@ Golden documents of this kind (`trace_document`, `check_trace_document`,
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -149,10 +150,6 @@ class Trace:
     steps: tuple[Step, ...]
 
 
-def _call(obj: Any, method: str, args: Mapping[str, Any]) -> Any:
-    return getattr(obj, method)(**args)
-
-
 def _replay(op: StatefulOp, params: Mapping[str, Any], steps: Sequence[tuple[str, Mapping[str, Any]]],
             where: str) -> tuple[list[Any], int | None]:
     """The oracle's observation of each step; (observations so far, the index of the
@@ -168,11 +165,15 @@ def _replay(op: StatefulOp, params: Mapping[str, Any], steps: Sequence[tuple[str
         if not isinstance(args, Mapping):
             raise ValueError(f"{where}: step {i + 1}'s args must be an object, got {type(args).__name__}")
         try:
-            returned = _call(model, method, args)
+            returned = getattr(model, method)(**copy.deepcopy(dict(args)))
         except REFUSALS:
             return observations, i
         observations.append(op.observe(method, returned))
     return observations, None
+
+
+def _refusal(refused: int | None) -> str:
+    return "nothing" if refused is None else f"step {refused + 1}" if refused >= 0 else "the params"
 
 
 def build_traces(op: StatefulOp) -> list[Trace]:
@@ -186,14 +187,13 @@ def build_traces(op: StatefulOp) -> list[Trace]:
         params = as_json({**op.defaults, **spec.params}, f"{where}: params")
         steps = [(m, as_json(dict(a), f"{where}: args of {m}")) for m, a in spec.steps]
         observations, refused = _replay(op, params, steps, where)
-        last = len(steps) - 1
         if spec.result == "valid" and refused is not None:
-            raise ValueError(f"{where}: the oracle refuses " + (f"step {refused + 1}" if refused >= 0 else "the params"))
-        if spec.result == "invalid" and refused != last:
+            raise ValueError(f"{where}: the oracle refuses {_refusal(refused)}")
+        if spec.result == "invalid" and refused != len(steps) - 1:  # -1: no steps, the params refused
             raise ValueError(f"{where}: an invalid trace's last step (or, with none, its params) must be the one "
-                             f"the oracle refuses; it refuses "
-                             + ("nothing" if refused is None else f"step {refused + 1}" if refused >= 0 else "the params"))
-        stored = tuple(Step(m, a, observations[j] if j < len(observations) else None) for j, (m, a) in enumerate(steps))
+                             f"the oracle refuses; it refuses {_refusal(refused)}")
+        stored = tuple(Step(m, a, observations[j] if j < len(observations) else None)
+                       for j, (m, a) in enumerate(steps))
         traces.append(Trace(i, spec.comment, tuple(spec.flags), spec.result, params, stored))
     return traces
 
@@ -246,10 +246,11 @@ def check_trace_document(op: StatefulOp, doc: Mapping[str, Any]) -> list[str]:
             continue
         last = len(steps) - 1
         if refused is not None and (refused != last or t["result"] != "invalid"):
-            problems.append(f"{where}: the oracle refuses " + (f"step {refused + 1}" if refused >= 0 else "the params")
-                            + " of a trace stored as " + repr(t["result"]))
+            problems.append(f"{where}: the oracle refuses {_refusal(refused)} of a trace stored as {t['result']!r}")
         elif refused is None and t["result"] == "invalid":
             problems.append(f"{where}: stored as invalid, but the oracle accepts its last step")
+        elif refused == last and last >= 0 and t["steps"][last].get("observation") is not None:
+            problems.append(f"{where}: step {last + 1} is refused, so its observation must be null")
         for j, (s, seen) in enumerate(zip(t["steps"], observations), start=1):
             if not _same_json(s.get("observation"), seen):
                 problems.append(f"{where}: step {j} ({s['method']}) stores observation "

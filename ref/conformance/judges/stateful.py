@@ -101,14 +101,15 @@ class Lockstep:
         if refused is not ASK:
             oracle_refuses = refused
         try:
-            self.candidate = self._candidate(self.factory, params)
+            self.candidate = self._candidate(self.factory, copy.deepcopy(dict(params)))
             problem = None
         except NotImplementedError:
             raise Declined() from None
         except Exception as exc:
             problem = exc
         if oracle_refuses and problem is None:
-            self._diverge("construction", "refused (the params are invalid)", f"built an object from {_text(dict(params))}")
+            self._diverge("construction", "refused (the params are invalid)",
+                          f"built an object from {_text(dict(params))}")
         if not oracle_refuses and problem is not None:
             self._diverge("construction", "an object", f"raised {_short(problem)}")
 
@@ -225,7 +226,8 @@ def _replay(op, fn, supported, settings, report: OpReport, watch) -> None:
         except Divergence as d:
             failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params), str(d))
         except Exception as exc:  # the stored trace or the oracle: still a named failure
-            failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params), f"could not be checked: {_short(exc)}")
+            failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params),
+                              f"could not be checked: {_short(exc)}")
         report.vectors_run += 1
         _settle(report, failure, op.name, part, settings.xfails, t.flags)
 
