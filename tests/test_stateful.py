@@ -361,3 +361,20 @@ def test_lockstep_reports_the_steps_before_the_divergence():
     assert "first divergence at step 3: num_free()" in text
     assert "1. allocate(n=2) -> [0, 1]" in text and "2. free(ids=[1]) -> null" in text
     assert 'oracle state after it:    {"live": [0], "num_free": 1}' in text
+
+
+def test_the_search_is_the_same_on_every_run():
+    runs = [judge(BUGS["leak"], op=NO_TRACES, settings=Settings(examples=20, shrink=False)) for _ in range(2)]
+    assert runs[0].failures[0].detail == runs[1].failures[0].detail and runs[0].examples == runs[1].examples
+
+
+def test_observations_are_json():
+    import numpy as np
+
+    from ref.testing.stateful import as_json
+
+    assert as_json((np.int64(3), np.array([1.5]), {"a": None, "b": True})) == [3, [1.5], {"a": None, "b": True}]
+    for bad, message in [(float("nan"), "not a JSON number"), ({1: 2}, "keys must be strings"),
+                         ({1, 2}, "set {1, 2} is not JSON")]:
+        with pytest.raises(TypeError, match=re.escape(message)):
+            as_json(bad)

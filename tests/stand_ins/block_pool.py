@@ -6,7 +6,7 @@
 nothing freed), num_free() -> how many are free. Which ids it hands out is the
 implementation's choice: the reference reuses the longest-free block first (FIFO);
 `LifoPool` and `OffsetPool` choose otherwise and are correct. The other twins are
-bugs real block managers have had.
+plausible wrong block managers: each gets one piece of bookkeeping wrong.
 """
 
 from __future__ import annotations
