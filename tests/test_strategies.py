@@ -23,7 +23,6 @@ from ref.testing.strategies import (
     rounding_ties,
     spread,
     variant_grid,
-    variant_params,
 )
 
 NAMES = list(FORMATS)
@@ -126,19 +125,6 @@ def test_element_inputs_reach_ties_subnormals_and_specials():
 
 
 SUPPORTED = {"rounding": ["nearest_even", "toward_zero"], "sr_bits": [32, 8], "tile_2d": [False]}
-
-
-@given(params=variant_params(SUPPORTED))
-def test_variant_params_draw_one_supported_value_per_axis(params):
-    assert set(params) == set(SUPPORTED)
-    for axis, value in params.items():
-        assert value in SUPPORTED[axis] and type(value) is type(SUPPORTED[axis][0])
-
-
-def test_variant_params_reach_every_value():
-    for axis, values in SUPPORTED.items():
-        for value in values:
-            find(variant_params(SUPPORTED), lambda p, a=axis, v=value: p[a] == v)
 
 
 def test_variant_grid_is_the_product_in_order():

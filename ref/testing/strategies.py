@@ -38,7 +38,6 @@ __all__ = [
     "small_shapes",
     "spread",
     "variant_grid",
-    "variant_params",
 ]
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -218,11 +217,6 @@ def element_inputs(fmt: str | FloatFormat, *,
         float_bits_arrays(dtype=dtype),
         realistic_arrays(dtype=dtype, scale=st.sampled_from([f.min_normal, 1.0, f.max_normal / 8])),
     )
-
-
-def variant_params(supported: Mapping[str, Sequence[Any]]) -> st.SearchStrategy[dict[str, Any]]:
-    """One value per variant axis, drawn from the values an implementation supports."""
-    return st.fixed_dictionaries({axis: st.sampled_from(list(values)) for axis, values in supported.items()})
 
 
 def variant_grid(supported: Mapping[str, Sequence[Any]], *, skip: Mapping[str, Sequence[Any]] | None = None

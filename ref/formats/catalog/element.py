@@ -20,7 +20,8 @@ from ref.formats.minifloat import FORMATS, FloatFormat, NanPolicy, NegativePolic
 from ref.testing.catalog_types import Area, ExactOp, Flag, Variant, seed_for
 from ref.testing.compare import compare_codes, compare_values
 from ref.testing.golden import Case
-from ref.testing.strategies import codes, edge_values, element_inputs, variant_grid, variant_params
+from ref.testing.params import variant_params
+from ref.testing.strategies import codes, edge_values, element_inputs, variant_grid
 
 __all__ = ["AREA", "FLAGS", "LARGE", "OPERATIONS", "large_values", "policy_variants"]
 

@@ -25,7 +25,8 @@ from ref.formats.stochastic import encode_stochastic
 from ref.testing.catalog_types import ExactOp, Flag, Variant, seed_for
 from ref.testing.compare import compare_codes
 from ref.testing.golden import Case, VectorSpec
-from ref.testing.strategies import edge_values, element_inputs, rounding_ties, spread, variant_grid, variant_params
+from ref.testing.params import variant_params
+from ref.testing.strategies import edge_values, element_inputs, rounding_ties, spread, variant_grid
 
 __all__ = ["FLAGS", "OPERATIONS", "SR_WIDTHS", "sr_boundary"]
 
