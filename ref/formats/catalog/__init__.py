@@ -4,7 +4,8 @@ from ref.formats import ops as unmoved  # TRANSITIONAL: MX, NVFP4, INT groups, l
 from ref.formats.catalog import element, packing, stochastic
 from ref.testing.flags import COMMON
 
-# The statistical twin of encode_stochastic joins here: `stochastic_rng` in MODULES.
+# >>> stochastic_rng (the statistical twin of encode_stochastic) joins MODULES here:
+# import it above and add it to the tuple.
 MODULES = (element, packing, stochastic)
 
 OPERATIONS = [op for module in MODULES for op in module.OPERATIONS] + unmoved.OPERATIONS

@@ -33,25 +33,34 @@ ORDER = Variant("order", NibbleOrder, NibbleOrder.LOW_FIRST,
                 "which nibble holds element 0: low (PyTorch, vLLM, TE, FlashInfer, OCP) or high")
 
 
+def _vector(name: str, array: np.ndarray, order: str, comment: str, flags: tuple[str, ...],
+            result: str = "valid") -> VectorSpec:
+    return VectorSpec(f"{comment} ({order})", flags, Case({name: array}, {"order": order}), result)
+
+
 def pack_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("formats.float4_e2m1fn.pack"))
     every_pair = np.stack(np.meshgrid(np.arange(16), np.arange(16)), -1).reshape(-1).astype(np.uint8)
     specs = []
     for order in ORDER.values:
-        def add(comment, flags, codes, result="valid"):
-            specs.append(VectorSpec(f"{comment} ({order})", flags, Case({"codes": codes}, {"order": order}), result))
-
-        add("two distinct codes show which nibble is element 0", ("NibbleOrder",), np.uint8([0x1, 0xE]))
-        add("every pair of codes", ("NibbleOrder", "Exhaustive"), every_pair)
-        add("random codes with leading axes", ("NibbleOrder", "Random"), rng.integers(0, 16, (3, 2, 32)).astype(np.uint8))
-        add("empty input gives empty bytes", ("EmptyInput",), np.zeros((3, 0), np.uint8))
-        add("a 0-d input is rejected", ("EmptyInput", "InvalidInput"), np.array(3, np.uint8), "invalid")
-        add("odd last axis is rejected", ("InvalidInput",), np.zeros(3, np.uint8), "invalid")
-        add("int64 codes are rejected, not narrowed (257 is not 1)", ("InvalidInput",), np.int64([257, 14]),
-            "invalid")
-        for bit in range(4, 8):
-            add(f"a code with bit {bit} set is rejected, not masked", ("DirtyBits", "InvalidInput"),
-                np.uint8([(1 << bit) | 1, 0x01]), "invalid")
+        vector = partial(_vector, "codes", order=order)
+        specs += [
+            vector(np.uint8([0x1, 0xE]), comment="two distinct codes show which nibble is element 0",
+                   flags=("NibbleOrder",)),
+            vector(every_pair, comment="every pair of codes", flags=("NibbleOrder", "Exhaustive")),
+            vector(rng.integers(0, 16, (3, 2, 32)).astype(np.uint8), comment="random codes with leading axes",
+                   flags=("NibbleOrder", "Random")),
+            vector(np.zeros((3, 0), np.uint8), comment="empty input gives empty bytes", flags=("EmptyInput",)),
+            vector(np.array(3, np.uint8), comment="a 0-d input is rejected", flags=("EmptyInput", "InvalidInput"),
+                   result="invalid"),
+            vector(np.zeros(3, np.uint8), comment="odd last axis is rejected", flags=("InvalidInput",),
+                   result="invalid"),
+            vector(np.int64([257, 14]), comment="int64 codes are rejected, not narrowed (257 is not 1)",
+                   flags=("InvalidInput",), result="invalid"),
+        ]
+        specs += [vector(np.uint8([(1 << bit) | 1, 0x01]), comment=f"a code with bit {bit} set is rejected, "
+                         "not masked", flags=("DirtyBits", "InvalidInput"), result="invalid")
+                  for bit in range(4, 8)]
     return specs
 
 
@@ -59,15 +68,18 @@ def unpack_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("formats.float4_e2m1fn.unpack"))
     specs = []
     for order in ORDER.values:
-        def add(comment, flags, packed, result="valid"):
-            specs.append(VectorSpec(f"{comment} ({order})", flags, Case({"packed": packed}, {"order": order}), result))
-
-        add("every byte: a packed byte has no spare bits, so none is rejected", ("NibbleOrder", "Exhaustive",
-            "DirtyBits"), np.arange(256, dtype=np.uint8))
-        add("random bytes with leading axes", ("NibbleOrder", "Random"), rng.integers(0, 256, (2, 3, 8)).astype(np.uint8))
-        add("empty input gives empty codes", ("EmptyInput",), np.zeros((0, 4), np.uint8))
-        add("non-uint8 input is rejected", ("InvalidInput",), np.zeros(4, np.int32), "invalid")
-        add("a 0-d input is rejected", ("EmptyInput", "InvalidInput"), np.array(0x21, np.uint8), "invalid")
+        vector = partial(_vector, "packed", order=order)
+        specs += [
+            vector(np.arange(256, dtype=np.uint8), comment="every byte: a packed byte has no spare bits, so none "
+                   "is rejected", flags=("NibbleOrder", "Exhaustive", "DirtyBits")),
+            vector(rng.integers(0, 256, (2, 3, 8)).astype(np.uint8), comment="random bytes with leading axes",
+                   flags=("NibbleOrder", "Random")),
+            vector(np.zeros((0, 4), np.uint8), comment="empty input gives empty codes", flags=("EmptyInput",)),
+            vector(np.zeros(4, np.int32), comment="non-uint8 input is rejected", flags=("InvalidInput",),
+                   result="invalid"),
+            vector(np.array(0x21, np.uint8), comment="a 0-d input is rejected", flags=("EmptyInput", "InvalidInput"),
+                   result="invalid"),
+        ]
     return specs
 
 
