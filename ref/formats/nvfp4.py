@@ -58,6 +58,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import boolean, member, positive_float32
 from ref.formats.minifloat import decode, encode
+from ref.formats.stochastic import encode_stochastic
 
 __all__ = ["BLOCK", "RHT_SIGNS", "DequantOrder", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
 
@@ -198,8 +199,14 @@ def quantize(
     with np.errstate(over="ignore", invalid="ignore"):
         q = blocks / r[..., None] if recipe is Recipe.TORCHAO_0_13 else blocks * r[..., None]
     q = np.clip(q, -E2M1_MAX, E2M1_MAX).reshape(x.shape)
-    codes = encode(q, "float4_e2m1fn", rounding=rounding, overflow="saturate", rbits=rbits,
-                   sr_bits=8 if rounding == "stochastic" else 32)
+    if rounding == "stochastic":
+        if rbits is None:
+            raise ValueError("rbits: rounding='stochastic' needs rbits, a uint32 array like x")
+        codes = encode_stochastic(q, "float4_e2m1fn", rbits, sr_bits=8, overflow="saturate")
+    elif rbits is not None:
+        raise ValueError("rbits: only used with rounding='stochastic'")
+    else:
+        codes = encode(q, "float4_e2m1fn", overflow="saturate")
     return codes, sb, g
 
 

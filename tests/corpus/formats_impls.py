@@ -19,10 +19,9 @@ def _all_variants(names):
 def table_codec(bugs=(), formats=tc.FORMAT_NAMES, kinds=("encode", "decode"), variants=None, name=None):
     ops = {}
     for f in formats:
-        if "encode" in kinds:
-            ops[f"formats.{f}.encode"] = partial(tc.encode, fmt=f, bugs=bugs)
-        if "decode" in kinds:
-            ops[f"formats.{f}.decode"] = partial(tc.decode, fmt=f, bugs=bugs)
+        for kind in ("encode", "encode_stochastic", "decode"):
+            if kind in kinds:
+                ops[f"formats.{f}.{kind}"] = partial(getattr(tc, kind), fmt=f, bugs=bugs)
     if "pack" in kinds:
         ops["formats.float4_e2m1fn.pack"] = partial(tc.pack, bugs=bugs)
         ops["formats.float4_e2m1fn.unpack"] = partial(tc.unpack, bugs=bugs)
@@ -52,15 +51,12 @@ BUGS = {
                                                      {"formats.float8_e5m2.encode":
                                                       {"overflow": ["nonsaturating"]}}, "Infinity"),
     "NaN encoded as zero": (("nan_to_zero",), ("float8_e4m3fn",), ("encode",), {}, "NaN"),
-    "stochastic carry needs strictly more than one": (("sr_strict",), ("float8_e4m3fn",), ("encode",),
-                                                      {"formats.float8_e4m3fn.encode": {"rounding": ["stochastic"]}},
-                                                      "StochasticRounding"),
-    "stochastic bits placed at the bottom": (("sr_lsb",), ("bfloat16",), ("encode",),
-                                             {"formats.bfloat16.encode": {"rounding": ["stochastic"]}},
+    "stochastic carry needs strictly more than one": (("sr_strict",), ("float8_e4m3fn",), ("encode_stochastic",),
+                                                      {}, "StochasticRounding"),
+    "stochastic bits placed at the bottom": (("sr_lsb",), ("bfloat16",), ("encode_stochastic",), {},
                                              "StochasticRounding"),
-    "stochastic bits broadcast from a shorter array": (("no_rbits_check",), ("float8_e5m2",), ("encode",),
-                                                       {"formats.float8_e5m2.encode": {"rounding": ["stochastic"]}},
-                                                       "InvalidInput"),
+    "stochastic bits broadcast from a shorter array": (("no_rbits_check",), ("float8_e5m2",), ("encode_stochastic",),
+                                                       {}, "InvalidInput"),
     "FP4 sign written to bit 7": (("dirty_sign",), ("float4_e2m1fn",), ("encode",), {}, "SignedZero"),
     "decoder gives subnormals an implicit one": (("subnormal_as_normal",), ("float8_e4m3fn",), ("decode",), {},
                                                  "Exhaustive"),
@@ -80,7 +76,7 @@ def bug(name):
 # Loadable as --impl corpus.formats_impls:HALF_AWAY (the CLI and pytest plugin tests).
 HALF_AWAY = bug("round half away from zero")
 SWAPPED_NIBBLES = bug("FP4 nibble order swapped")
-CORRECT = table_codec(kinds=("encode", "decode", "pack"), name="table codec")
+CORRECT = table_codec(kinds=("encode", "encode_stochastic", "decode", "pack"), name="table codec")
 
 
 def mx_composed(bugs=(), elems=None, name=None, variants=None):
