@@ -29,10 +29,12 @@ uint32, the width of PTX cvt.rs.e2m1x4's random numbers).
 
 The steps are public, so searches for the inputs where recipes part ways call the
 definition itself: `tensor_scale` (g or p from the tensor amax), `block_scales`
-(the E4M3 block scale codes and the float32 factor the elements are scaled by). The global scale returned is the recipe's own: TE's and
-vLLM's encode scale g (dequantize multiplies by f32(1/g)), torchao's decode scale p.
-torchao without a per-tensor scale is either torchao recipe with p = 1 (a tensor whose
-amax is 2688): it divides by sb up to 0.17 and multiplies by f32(1 / sb) from 0.18.
+(the E4M3 block scale codes and the float32 factor the elements are scaled by).
+
+The global scale returned is the recipe's own: TE's and vLLM's encode scale g
+(dequantize multiplies by f32(1/g)), torchao's decode scale p. torchao without a
+per-tensor scale is either torchao recipe with p = 1 (a tensor whose amax is 2688):
+it divides by sb up to 0.17 and multiplies by f32(1 / sb) from 0.18.
 A tensor whose amax is 0, NaN or Inf takes g = 1 (p = 1) in every recipe, TE's rule
 for 0 extended: the vLLM and torchao code divide by zero there, or spread the NaN to
 every block.
