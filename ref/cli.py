@@ -24,7 +24,9 @@ def _list(args) -> int:
         counts = {}
     rows = [("op", "kind", "variants", "vectors", "spec")]
     for name, op in discover().items():
-        variants = "; ".join(f"{v.name}={'|'.join(v.values)}" for v in op.variants) or "-"
+        # each value as its golden key writes it (true/false for a bool)
+        variants = "; ".join(f"{v.name}={'|'.join(v.key(x).partition('=')[2] for x in v.values)}"
+                             for v in op.variants) or "-"
         rows.append((name, op.kind.value, variants, str(counts.get(name, 0)), op.spec))
     if args.names:
         print("\n".join(r[0] for r in rows[1:]))
