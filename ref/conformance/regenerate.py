@@ -138,20 +138,21 @@ def _free_axes(op: Operation, spec: VectorSpec, values: Mapping[str, Sequence[An
         combos = [{}]
         for axis in free:
             combos = [{**c, axis: v} for c in combos for v in values[axis]]
-        if all(_same(op, spec, {**pinned, **c}, expected) is not False for c in combos):
+        if all(_same(op, spec, {**pinned, **c}, expected) for c in combos):
             break
         pinned[free[0]] = values[free[0]][0]
         free = free[1:]
     return pinned
 
 
-def _same(op: Operation, spec: VectorSpec, params, expected) -> bool | None:
-    """Whether the output under `params` equals `expected`; None where the oracle
-    rejects the combination (stochastic rounding without rbits): not applicable."""
+def _same(op: Operation, spec: VectorSpec, params, expected) -> bool:
+    """Whether the output under `params` equals `expected`. Where the oracle rejects
+    the inputs under `params` (scales shaped for another group size), the axes change
+    the outcome: they are pinned."""
     try:
         out = as_output(op.oracle(**spec.case.inputs, **spec.case.params, **params))
     except (ValueError, TypeError):
-        return None
+        return False
     return same_output(out, expected)
 
 

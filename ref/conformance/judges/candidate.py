@@ -112,17 +112,6 @@ class ArrayJudge:
         """The flags a drawn or swept case exercises (the op's case_flags)."""
         return tuple(self.op.case_flags(case)) if self.op.case_flags else ()
 
-    def runs_oracle(self, inputs: Mapping[str, Any], result: str, params: Mapping[str, Any]) -> bool:
-        """Whether the oracle takes a vector's inputs with these params (stochastic
-        rounding, for one, needs rbits)."""
-        if result == "invalid":
-            return True
-        try:
-            self.op.oracle(**inputs, **params)
-        except (ValueError, TypeError):
-            return False
-        return True
-
     def accepts(self, case: Case) -> bool:
         """Whether every input has a dtype the implementation declares it takes."""
         def native(arr) -> str:  # a big-endian float32 is still a float32
