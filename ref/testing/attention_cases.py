@@ -59,10 +59,10 @@ MSCALE_ALONE = tuple({"rope_type": "yarn", "factor": 16.0, "original_max_positio
 
 def grid(rng: np.random.Generator, shape, std: float = 1.0) -> np.ndarray:
     """Normal values of standard deviation `std` rounded to bfloat16 and kept within
-    float16's normal range (magnitudes below 2^-14 become 0): exact at both precisions,
-    stored as float32."""
+    float16's normal range (magnitudes below 2^-14 become 0, above 65280, the largest
+    value both formats hold, become 65280): exact at both precisions, stored as float32."""
     x = round_to(rng.standard_normal(shape) * std, "bfloat16")
-    x = np.where(np.abs(x) < 2.0**-14, 0.0, np.clip(x, -60000, 60000))
+    x = np.where(np.abs(x) < 2.0**-14, 0.0, np.clip(x, -65280, 65280))
     return x.astype(np.float32)
 
 
