@@ -26,7 +26,6 @@ from ref.testing.attention_cases import (
     packed,
     qkv,
     rope_cases,
-    variant_params,
     varlen_cases,
 )
 from ref.testing.golden import Case
@@ -59,13 +58,6 @@ def test_inputs_have_the_shapes_asked_for():
     m = mla_inputs(rng, 1, 2, 6, 3, 16, 8, 32, 4)
     assert {k: a.shape for k, a in m.items()} == {"q_nope": (1, 2, 3, 16), "q_pe": (1, 2, 3, 8),
                                                   "c_kv": (1, 6, 32), "k_pe": (1, 6, 8), "w_kv_b": (60, 32)}
-
-
-@given(st.data())
-def test_variant_params_draw_only_supported_values(data):
-    supported = {"a": ["x", "y"], "b": [True], "c": [128, 32]}
-    params = variant_params(data.draw, supported)
-    assert set(params) == set(supported) and all(params[k] in supported[k] for k in supported)
 
 
 @settings(max_examples=40, deadline=None)
