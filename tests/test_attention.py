@@ -1,5 +1,5 @@
 """attend, attend_varlen, the tiled and split forms and merge_states, checked against
-an element-by-element loop written here from the definition, against PyTorch where
+the element-by-element loop of the definition (attend_naive), against PyTorch where
 it is installed, and by the algebra the spec states."""
 
 from __future__ import annotations
@@ -8,67 +8,20 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ref.attention.attend import attend, attend_varlen, lse_from_base2, lse_to_base2, visible_keys
-from ref.attention.flash import attend_split, attend_tiled, merge_states, merge_states_many, split_partials
-
-
-def loop_attention(q, k, v, *, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
-                   sink_tokens=0, softcap=0.0, sink_in_lse="included"):
-    """Row by row, key by key, with Python floats: the definition as the spec writes it."""
-    b_, lq, hq, d = q.shape
-    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
-    scale = 1 / math.sqrt(d) if scale is None else scale
-    out = np.zeros((b_, lq, hq, dv))
-    lse = np.zeros((b_, hq, lq))
-    for b in range(b_):
-        for h in range(hq):
-            kvh = h // (hq // hkv)
-            for i in range(lq):
-                pos = i + lk - lq
-                logits, values = [], []
-                for j in range(lk):
-                    ok = True
-                    if causal and j > pos:
-                        ok = False
-                    if window_right >= 0 and j > pos + window_right:
-                        ok = False
-                    if window_left >= 0 and j < pos - window_left and j >= sink_tokens:
-                        ok = False
-                    if mask is not None:
-                        m = mask if mask.ndim == 2 else mask[min(b, mask.shape[0] - 1), min(h, mask.shape[1] - 1)]
-                        ok = ok and bool(m[i, j])
-                    if ok:
-                        s = scale * float(np.dot(q[b, i, h], k[b, j, kvh]))
-                        if softcap > 0:
-                            s = softcap * math.tanh(s / softcap)
-                        logits.append(s)
-                        values.append(v[b, j, kvh])
-                top = max(logits + ([float(sinks[h])] if sinks is not None else []), default=-math.inf)
-                if top == -math.inf:
-                    lse[b, h, i] = -math.inf
-                    continue
-                weights = [math.exp(s - top) for s in logits]
-                z_keys = sum(weights)
-                z = z_keys + (math.exp(float(sinks[h]) - top) if sinks is not None else 0.0)
-                if weights:
-                    out[b, i, h] = sum(w * val for w, val in zip(weights, values)) / z
-                included = sinks is not None and sink_in_lse == "included"
-                total = z if included else z_keys
-                lse[b, h, i] = top + math.log(total) if total > 0 else -math.inf
-                if not included and weights:  # the keys' LSE alone, recomputed at their own max
-                    mk = max(logits)
-                    lse[b, h, i] = mk + math.log(sum(math.exp(s - mk) for s in logits))
-    return out, lse
+from ref.attention.attend_naive import attend_naive
+from ref.attention.flash import attend_tiled
+from ref.attention.split_kv import attend_split, merge_states, merge_states_many, split_partials
 
 
 def _close(a, b, tol=1e-12):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape
     fin = np.isfinite(b)
-    assert np.array_equal(np.isfinite(a), fin) and np.array_equal(a[~fin], b[~fin]), (a, b)
+    assert np.array_equal(np.isfinite(a), fin) and np.array_equal(a[~fin], b[~fin], equal_nan=True), (a, b)
     if fin.any():
         assert np.max(np.abs(a[fin] - b[fin])) <= tol * max(1.0, np.max(np.abs(b[fin])))
 
@@ -103,15 +56,24 @@ def problems(draw, head_dims=(1, 2, 3, 8, 16)):
         opts["sink_in_lse"] = draw(st.sampled_from(["included", "excluded"]))
     if draw(st.booleans()):
         shape = draw(st.sampled_from([(lq, lk), (b, hq, lq, lk), (1, hq, lq, lk), (b, 1, lq, lk)]))
-        opts["mask"] = rng.random(shape) < 0.6
+        opts["mask"] = rng.random(shape) < draw(st.sampled_from([0.0, 0.3, 0.6]))
     return inputs, opts
 
 
-@given(problems())
-def test_attend_matches_the_element_loop(problem):
+@given(problems(), st.sampled_from(["e", "2"]), st.sampled_from(["-inf", "+inf"]), st.booleans())
+@settings(max_examples=300)
+def test_attend_matches_the_element_loop(problem, lse_base, masked_lse, nan):
+    """attend against the definition's loop on many random cases: GQA, causal with
+    Lq != Lk, windows and sink tokens, soft-capping, learnable sinks, explicit masks
+    (some masking every key), rows that see no key, and a NaN in q or in v."""
     inputs, opts = problem
-    _close(attend(**inputs, **opts)[0], loop_attention(**inputs, **opts)[0])
-    _close(attend(**inputs, **opts)[1], loop_attention(**inputs, **opts)[1])
+    opts = {**opts, "lse_base": lse_base, "masked_lse": masked_lse}
+    if nan and inputs["q"].size and inputs["v"].size:
+        inputs["q"].flat[0] = np.nan
+        inputs["v"].flat[-1] = np.nan
+    got, want = attend(**inputs, **opts), attend_naive(**inputs, **opts)
+    _close(got[0], want[0])
+    _close(got[1], want[1])
 
 
 @pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (192, 128), (256, 256), (576, 512)])
@@ -120,8 +82,8 @@ def test_attend_matches_the_loop_at_model_head_dims(d, dv):
     for causal, lq, lk, hq, hkv in ((True, 3, 5, 4, 2), (False, 2, 2, 2, 1), (True, 4, 4, 3, 3)):
         q, k = rng.standard_normal((2, lq, hq, d)), rng.standard_normal((2, lk, hkv, d))
         v = rng.standard_normal((2, lk, hkv, dv))
-        _close(attend(q, k, v, causal=causal)[0], loop_attention(q, k, v, causal=causal)[0])
-        _close(attend(q, k, v, causal=causal)[1], loop_attention(q, k, v, causal=causal)[1])
+        _close(attend(q, k, v, causal=causal)[0], attend_naive(q, k, v, causal=causal)[0])
+        _close(attend(q, k, v, causal=causal)[1], attend_naive(q, k, v, causal=causal)[1])
 
 
 def test_attend_matches_torch_sdpa_in_float64():
@@ -305,7 +267,7 @@ def test_varlen_equals_attend_per_sequence(lengths, seed, causal):
     o, lse = attend_varlen(q, k, v, cq, ck, causal=causal, sinks=sinks, window_left=2)
     for s in range(len(lengths)):
         r, c = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
-        want_o, want_l = loop_attention(q[None, r], k[None, c], v[None, c], causal=causal, sinks=sinks,
+        want_o, want_l = attend_naive(q[None, r], k[None, c], v[None, c], causal=causal, sinks=sinks,
                                         window_left=2)
         _close(o[r], want_o[0])
         _close(lse[:, r], want_l[0])
@@ -385,7 +347,7 @@ def _empty_rows_by_loop(op_name, inputs, params):
     else:
         seqs = [(inputs["q"], inputs["k"], inputs["v"], inputs.get("mask"))]
     zero = lambda x: np.zeros(x.shape)  # noqa: E731  (NaN inputs must not hide a row)
-    return any(np.isneginf(loop_attention(zero(q), zero(k), zero(v), mask=m, **window)[1]).any()
+    return any(np.isneginf(attend_naive(zero(q), zero(k), zero(v), mask=m, **window)[1]).any()
                for q, k, v, m in seqs)
 
 

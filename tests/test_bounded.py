@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ref.attention.attend import attend
 from ref.attention.catalog.common import OUT_LSE
-from ref.attention.emulate import attend_emulated
+from ref.attention.emulate import attend as attend_emulated
 from ref.attention.flash import attend_tiled
 from ref.testing.attention_cases import grid
 from ref.testing.bounded import FLOOR_UNITS, Bound, compare_bounded, compare_bounded_parts, precision_of, ratio

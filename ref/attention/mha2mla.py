@@ -43,7 +43,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer
-from ref.attention.attend import _floats, attend
+from ref.attention.attend import attend
+from ref.attention.checks import floats
 from ref.attention.rope import apply_rope
 
 __all__ = [
@@ -83,7 +84,7 @@ class ConvertedLayer(NamedTuple):
 
 def _weights(w_q, w_k, w_v, n_heads):
     """The three projections as float64, and (H, Hkv, d, hidden)."""
-    w_q, w_k, w_v = _floats(w_q, "w_q", 2), _floats(w_k, "w_k", 2), _floats(w_v, "w_v", 2)
+    w_q, w_k, w_v = floats(w_q, "w_q", 2), floats(w_k, "w_k", 2), floats(w_v, "w_v", 2)
     h = integer(n_heads, "n_heads", minimum=1)
     if w_q.shape[0] % h or (w_q.shape[0] // h) % 2 or w_q.shape[0] == 0:
         raise ValueError(f"w_q: expected [H * d, hidden] with H = {h} and an even d >= 2, got shape {w_q.shape}")
@@ -111,7 +112,7 @@ def pair_scores(calibration: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, *, n_hea
     g of mean_t |q_{t,h,f}| * mean_t |k_{t,g,f}|.
     """
     w_q, w_k, _, (h, hkv, d, hidden) = _weights(w_q, w_k, w_k, n_heads)
-    x = _floats(calibration, "calibration", 2)
+    x = floats(calibration, "calibration", 2)
     if x.shape[1] != hidden or x.shape[0] == 0:
         raise ValueError(f"calibration: expected [N >= 1, hidden = {hidden}], got shape {x.shape}")
     q_norm = _pair_norms((x @ w_q.T).reshape(-1, h, d)).mean(axis=0)  # [H, d/2]
@@ -151,7 +152,7 @@ def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, select
     else:
         if scores is None:
             raise ValueError("scores: selection '2norm' needs the pair scores [Hkv, d/2] (see pair_scores)")
-        s = _floats(scores, "scores", 2)
+        s = floats(scores, "scores", 2)
         if s.shape != (hkv, half):
             raise ValueError(f"scores: expected [Hkv, d/2] = {(hkv, half)}, got {s.shape}")
         if not np.isfinite(s).all():
@@ -173,7 +174,7 @@ def joint_svd(w_k_nope: ArrayLike, w_v: ArrayLike, rank: int, *, svd: str = "wei
     calibration [N, hidden] with X^T X positive definite, X^T X = L L^T; the same on
     W L, then W_dkv = V_r^T L^-1.
     """
-    w_k_nope, w_v = _floats(w_k_nope, "w_k_nope", 2), _floats(w_v, "w_v", 2)
+    w_k_nope, w_v = floats(w_k_nope, "w_k_nope", 2), floats(w_v, "w_v", 2)
     if w_k_nope.shape[1] != w_v.shape[1]:
         raise ValueError(f"w_k_nope: expected [Rk, hidden] with hidden = {w_v.shape[1]} like w_v, "
                          f"got shape {w_k_nope.shape}")
@@ -187,7 +188,7 @@ def joint_svd(w_k_nope: ArrayLike, w_v: ArrayLike, rank: int, *, svd: str = "wei
     else:
         if calibration is None:
             raise ValueError("calibration: svd 'whitened' needs calibration tokens [N, hidden]")
-        x = _floats(calibration, "calibration", 2)
+        x = floats(calibration, "calibration", 2)
         if x.shape[1] != w.shape[1]:
             raise ValueError(f"calibration: expected [N, hidden = {w.shape[1]}], got shape {x.shape}")
         try:
@@ -242,7 +243,7 @@ def convert(w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike, keep: ArrayLike, ran
 
 
 def _hidden(x, hidden: int) -> NDArray[np.float64]:
-    x = _floats(x, "x", 3)
+    x = floats(x, "x", 3)
     if x.shape[2] != hidden:
         raise ValueError(f"x: expected [B, L, hidden = {hidden}], got shape {x.shape}")
     return x
