@@ -11,7 +11,7 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from ref.attention.attend import attend, attend_varlen
-from ref.attention.flash import merge_states
+from ref.attention.split_kv import merge_states
 from ref.attention.mla import mla_naive
 from ref.attention.rope import apply_rope
 from ref.formats.minifloat import round_to

@@ -212,5 +212,5 @@ OPERATIONS = [
         "attend", attend.attend, anchor="attend",
         summary="scaled dot-product attention (GQA, masks, sinks, softcap) -> (out, lse)",
         variants=(SINK_IN_LSE,), vectors=_attend_vectors, examples=attend_cases, outputs=("out", "lse"),
-        emulate=emulate.attend_emulated, bounds=OUT_LSE, case_flags=attend_case_flags),
+        emulate=emulate.attend, bounds=OUT_LSE, case_flags=attend_case_flags),
 ]

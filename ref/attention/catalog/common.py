@@ -19,7 +19,7 @@ OUT_LSE = {"out": OUT_BOUND, "lse": LSE_BOUND}  # attend, attend_varlen, mla
 
 # The LSE's base (FlashInfer: 2) and FlashAttention-2's +inf for an empty row are
 # options of the oracles, not catalog axes: an adapter converts (lse_from_base2).
-SINK_IN_LSE = Variant("sink_in_lse", attend.SINK_IN_LSE, "included",
+SINK_IN_LSE = Variant("sink_in_lse", attend.SinkInLse, attend.SinkInLse.INCLUDED,
                       "whether the learnable sink's term is part of the returned LSE")
 
 

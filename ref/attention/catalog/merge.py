@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ref.attention import flash
+from ref.attention import emulate, split_kv
 from ref.attention.catalog.common import ATTENTION, LSE_BOUND, OUT_BOUND, Vectors
-from ref.formats.minifloat import round_to
 from ref.testing.attention_cases import grid, merge_cases
 from ref.testing.catalog_types import Flag, seed_for
 
@@ -65,31 +64,10 @@ def _merge_vectors() -> Vectors:
     return v
 
 
-def _merge_emulated(precision, o_a, lse_a, o_b, lse_b):
-    """A kernel at `precision`: partial outputs in it, LSEs and arithmetic in float32."""
-    flash.merge_states(o_a, lse_a, o_b, lse_b)  # the checks
-    if precision == "float64":
-        return flash.merge_states(o_a, lse_a, o_b, lse_b)
-    f32 = np.float32
-    oa, ob = (round_to(x, precision).astype(f32) for x in (o_a, o_b))
-    la, lb = (np.asarray(x, np.float64).astype(f32) for x in (lse_a, lse_b))
-    with np.errstate(invalid="ignore", over="ignore"):
-        m = np.maximum(la, lb)
-        shift = np.where(m == -np.inf, f32(0), m)
-        wa, wb = np.exp(la - shift), np.exp(lb - shift)
-        tot = wa + wb
-        safe = np.where(tot > 0, tot, f32(1))
-        o = np.where(tot[..., None] > 0, (wa[..., None] * oa + wb[..., None] * ob) / safe[..., None], f32(0))
-        o = np.where(np.isnan(tot)[..., None], np.nan, o)
-        lse = np.where(tot > 0, shift + np.log(safe), -np.inf)
-        lse = np.where(np.isnan(tot), np.nan, lse).astype(f32)
-    return round_to(o, precision), lse.astype(np.float64)
-
-
 OPERATIONS = [
     ATTENTION.bounded(
-        "merge_states", flash.merge_states, anchor="merge_states",
+        "merge_states", split_kv.merge_states, anchor="merge_states",
         summary="merge two split-KV partials (o, lse) -> (o, lse)",
         vectors=_merge_vectors, examples=merge_cases, outputs=("o", "lse"),
-        emulate=_merge_emulated, bounds={"o": OUT_BOUND, "lse": LSE_BOUND}),
+        emulate=emulate.merge_states, bounds={"o": OUT_BOUND, "lse": LSE_BOUND}),
 ]

@@ -28,7 +28,7 @@ FLAGS = {
                      "attention too flat or too sharp in every DeepSeek layer"),
 }
 
-VARIANTS = (Variant("rope_style", rope.ROPE_STYLES, "gptj",
+VARIANTS = (Variant("rope_style", rope.RopeStyle, rope.RopeStyle.GPTJ,
                     "the rope part's pairing: interleaved (DeepSeek's reference code) or rotate-half"),)
 
 
@@ -65,59 +65,10 @@ def _mla_vectors() -> Vectors:
     return v
 
 
-def _mla_emulated(precision, q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal=False, scale=None, rope_base=None,
-                  rope_scaling=None, rope_style="gptj", roundings=emulate.ROUNDINGS):
-    """The worst of MLA's standard evaluations at `precision` (per output): the naive
-    form (K and V up-projected and stored at `precision`) and the absorbed form (the
-    latent query and the latent output stored at `precision`), each with every stored
-    tensor rounded to nearest, up and down (`emulate.ROUNDINGS`): a single
-    round-to-nearest evaluation of a few outputs can land on the oracle by luck
-    (spec/attention.md#tolerance). Products accumulate in float32; RoPE and
-    attention as their own emulations. `roundings` narrows the set (tests show what
-    round-to-nearest alone would judge)."""
-    exact = mla.mla_naive(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=causal, scale=scale, rope_base=rope_base,
-                          rope_scaling=rope_scaling, rope_style=rope_style)
-    if precision == "float64":
-        return exact
-    lq, lk = q_nope.shape[1], c_kv.shape[1]
-    rope_opts = dict(base=rope_base, style=rope_style, scaling=rope_scaling, attention_factor="none")
-    q_rot = rope.apply_rope_emulated(q_pe, np.arange(lq) + (lk - lq), precision, **rope_opts)
-    k_rot = rope.apply_rope_emulated(k_pe[:, :, None], np.arange(lk), precision, **rope_opts)
-    if scale is None:
-        scale = mla.deepseek_softmax_scale(q_nope.shape[3] + q_pe.shape[3], rope_scaling)
-    forms = [form for rounding in roundings
-             for form in _mla_forms(precision, rounding, q_nope, q_rot, c_kv, k_rot, w_kv_b, scale=scale,
-                                    causal=causal)]
-    return emulate.worse(exact, *forms)
-
-
-def _mla_forms(precision, rounding, q_nope, q_rot, c_kv, k_rot, w_kv_b, *, scale, causal):
-    """The naive and absorbed forms at `precision` under one rounding, from the
-    rotated RoPE parts (q_rot [B, Lq, H, dr], k_rot [B, Lk, 1, dr])."""
-    rnd = emulate.rounder(precision, rounding)
-    qn, ckv, w = rnd(q_nope), rnd(c_kv), rnd(w_kv_b)
-    b, lq, h, dn = qn.shape
-    lk, dr = ckv.shape[1], q_rot.shape[3]
-    f32 = np.float32
-    w_uk, w_uv = (x.astype(f32) for x in mla.split_kv_b(w, h, dn))
-    c32 = ckv.astype(f32)
-    k_nope = rnd(np.einsum("blr,hdr->blhd", c32, w_uk))
-    v = rnd(np.einsum("blr,hvr->blhv", c32, w_uv))
-    k = np.concatenate([k_nope, np.broadcast_to(k_rot, (b, lk, h, dr))], axis=-1)
-    naive = emulate.attend_emulated(precision, np.concatenate([qn, q_rot], -1), k, v, rounding=rounding,
-                                    scale=scale, causal=causal)
-    q_lat = rnd(np.einsum("bqhd,hdr->bqhr", qn.astype(f32), w_uk))
-    kv = np.concatenate([ckv[:, :, None], k_rot], axis=-1)
-    o_lat, lse = emulate.attend_emulated(precision, np.concatenate([q_lat, q_rot], -1), kv, ckv[:, :, None],
-                                         rounding=rounding, scale=scale, causal=causal)
-    absorbed = (rnd(np.einsum("bqhr,hvr->bqhv", o_lat.astype(f32), w_uv)), lse)
-    return naive, absorbed
-
-
 OPERATIONS = [
     ATTENTION.bounded(
         "mla", mla.mla_naive, anchor="mla",
         summary="multi-head latent attention (DeepSeek-V2/V3), RoPE on the rope part -> (out, lse)",
         variants=VARIANTS, vectors=_mla_vectors, examples=mla_cases, outputs=("out", "lse"),
-        emulate=_mla_emulated, bounds=OUT_LSE),
+        emulate=emulate.mla, bounds=OUT_LSE),
 ]

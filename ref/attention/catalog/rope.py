@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ref.attention import rope
+from ref.attention import emulate, rope
 from ref.attention.catalog.common import ATTENTION, Vectors
 from ref.testing.attention_cases import DEEPSEEK_V3_YARN, GPT_OSS_YARN, LLAMA31, grid, rope_cases
 from ref.testing.bounded import Bound
@@ -34,10 +34,11 @@ FLAGS = {
                           "decode steps, packed batches and long contexts get the wrong rotation"),
 }
 
-STYLE = Variant("style", rope.ROPE_STYLES, "neox", "which dims pair up: rotate-half (neox) or interleaved (gptj)")
-ATTENTION_FACTOR = Variant("attention_factor", rope.ATTENTION_FACTORS, "cos_sin",
+STYLE = Variant("style", rope.RopeStyle, rope.RopeStyle.NEOX,
+                "which dims pair up: rotate-half (neox) or interleaved (gptj)")
+ATTENTION_FACTOR = Variant("attention_factor", rope.AttentionFactor, rope.AttentionFactor.COS_SIN,
                            "where YaRN's attention factor goes: into cos and sin, or left to the softmax scale")
-MSCALE_KEYS = Variant("mscale_keys", rope.MSCALE_KEYS, "transformers",
+MSCALE_KEYS = Variant("mscale_keys", rope.MscaleKeys, rope.MscaleKeys.TRANSFORMERS,
                       "which keys YaRN's attention factor is read from: transformers (attention_factor, else the "
                       "mscale ratio when both are given, else 0.1 ln s + 1) or vLLM's DeepSeek rotary embedding "
                       "(mscale / mscale_all_dim, defaults 1 and 0)")
@@ -122,13 +123,10 @@ def _rope_vectors() -> Vectors:
     return v
 
 
-def _rope_emulated(precision, x, positions, **options):
-    return rope.apply_rope_emulated(x, positions, precision, **options)
-
-
 OPERATIONS = [
     ATTENTION.bounded(
         "rope", rope.apply_rope, anchor="rope",
         summary="rotary position embedding (neox/gptj, partial, llama3/yarn scaling) -> x rotated",
-        variants=(STYLE, ATTENTION_FACTOR, MSCALE_KEYS), vectors=_rope_vectors, examples=rope_cases, emulate=_rope_emulated, bounds=ROPE_BOUND),
+        variants=(STYLE, ATTENTION_FACTOR, MSCALE_KEYS), vectors=_rope_vectors, examples=rope_cases,
+        emulate=emulate.rope, bounds=ROPE_BOUND),
 ]

@@ -64,23 +64,10 @@ def _varlen_vectors() -> Vectors:
     return v
 
 
-def _varlen_emulated(precision, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, **options):
-    """The emulation per sequence, packed like the oracle's output."""
-    out, lse = attend.attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)  # checks, shapes
-    cq, ck = np.asarray(cu_seqlens_q, np.int64), np.asarray(cu_seqlens_k, np.int64)
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    for s in range(cq.size - 1):
-        rows, keys = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
-        o, l = emulate.attend_emulated(precision, q[None, rows], k[None, keys], v[None, keys], sinks=sinks,
-                                       **options)
-        out[rows], lse[:, rows] = o[0], l[0]
-    return out, lse
-
-
 OPERATIONS = [
     ATTENTION.bounded(
         "attend_varlen", attend.attend_varlen, anchor="attend_varlen",
         summary="attention over a packed batch of variable-length sequences -> (out, lse)",
         variants=(SINK_IN_LSE,), vectors=_varlen_vectors, examples=varlen_cases, outputs=("out", "lse"),
-        emulate=_varlen_emulated, bounds=OUT_LSE, case_flags=attend_case_flags),
+        emulate=emulate.attend_varlen, bounds=OUT_LSE, case_flags=attend_case_flags),
 ]
