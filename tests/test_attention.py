@@ -389,3 +389,91 @@ def test_case_flags_classify_random_examples(op_name):
 
     check()
     assert {flags[0] for flags in seen} == {True, False} and {flags[1] for flags in seen} == {True, False}
+
+
+# ------------------------------------------------------------ the emulations' contract ---
+
+@pytest.mark.parametrize("name,oracle", [
+    ("attend", "ref.attention.attend:attend"),
+    ("attend_varlen", "ref.attention.attend:attend_varlen"),
+    ("merge_states", "ref.attention.split_kv:merge_states"),
+    ("rope", "ref.attention.rope:apply_rope"),
+    ("mla", "ref.attention.mla:mla_naive"),
+])
+def test_each_emulation_takes_precision_then_its_oracles_arguments(name, oracle):
+    import importlib
+    import inspect
+
+    from ref.attention import emulate
+
+    module, _, attr = oracle.partition(":")
+    want = inspect.signature(getattr(importlib.import_module(module), attr)).parameters
+    got = inspect.signature(getattr(emulate, name)).parameters
+    assert list(got)[0] == "precision"
+    assert [(p.name, p.kind, p.default) for p in list(got.values())[1:]] == \
+        [(p.name, p.kind, p.default) for p in want.values()]
+
+
+def test_each_emulation_at_float64_is_its_oracle():
+    from ref.attention import emulate
+    from ref.attention.mla import mla_naive
+    from ref.attention.rope import apply_rope
+
+    rng = np.random.default_rng(11)
+    q, k, v = rng.standard_normal((1, 3, 4, 8)), rng.standard_normal((1, 5, 2, 8)), rng.standard_normal((1, 5, 2, 6))
+    opts = dict(causal=True, sinks=rng.standard_normal(4), softcap=3.0, sink_in_lse="excluded", lse_base="2")
+    for got, want in ((emulate.attend("float64", q, k, v, **opts), attend(q, k, v, **opts)),
+                      (emulate.attend_varlen("float64", q[0], k[0], v[0], [0, 3], [0, 5], causal=True),
+                       attend_varlen(q[0], k[0], v[0], [0, 3], [0, 5], causal=True)),
+                      (emulate.merge_states("float64", v[0], k[0, :, :, 1], v[0], k[0, :, :, 0], lse_base="2"),
+                       merge_states(v[0], k[0, :, :, 1], v[0], k[0, :, :, 0], lse_base="2"))):
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w, equal_nan=True)
+    pos = np.arange(3)
+    assert np.array_equal(emulate.rope("float64", q[0], pos, style="gptj"), apply_rope(q[0], pos, style="gptj"))
+    mla_in = (rng.standard_normal((1, 2, 2, 4)), rng.standard_normal((1, 2, 2, 2)), rng.standard_normal((1, 3, 8)),
+              rng.standard_normal((1, 3, 2)), rng.standard_normal((2 * 7, 8)))
+    for g, w in zip(emulate.mla("float64", *mla_in, causal=True), mla_naive(*mla_in, causal=True)):
+        assert np.array_equal(g, w)
+
+
+def test_the_emulations_at_low_precision_round_and_stay_near_the_oracle():
+    from ref.attention import emulate
+    from ref.formats.minifloat import round_to
+
+    rng = np.random.default_rng(12)
+    q, k, v = rng.standard_normal((1, 4, 2, 8)), rng.standard_normal((1, 6, 1, 8)), rng.standard_normal((1, 6, 1, 4))
+    exact = attend(q, k, v, causal=True)
+    for precision, tol in (("bfloat16", 2.0**-5), ("float16", 2.0**-8), ("float32", 2.0**-18)):
+        out, lse = emulate.attend(precision, q, k, v, causal=True)
+        assert np.array_equal(out, round_to(out, precision))  # the output is stored at P
+        assert np.array_equal(lse, round_to(lse, "float32"))  # the LSE stays float32
+        assert 0 < np.max(np.abs(out - exact[0])) < tol and np.max(np.abs(lse - exact[1])) < tol
+        o, l = emulate.merge_states(precision, out[0], lse[0].T, out[0], lse[0].T)
+        assert np.array_equal(o, round_to(o, precision)) and np.allclose(l, lse[0].T + math.log(2), atol=tol)
+
+
+def test_the_default_attention_kernels_import_nothing_from_the_oracles():
+    """The bundled default implementation is judged by the oracles, so it must not be
+    built from them."""
+    import ast
+    import pathlib
+
+    import ref.conformance.adapters.numpy_attention as kernels
+
+    tree = ast.parse(pathlib.Path(kernels.__file__).read_text())
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [name for name in imported if name and name.startswith("ref")], imported
+
+
+def test_attend_on_a_long_grouped_decode_equals_its_split_kv_form():
+    """A decode step over 20,000 keys, 16 query heads on 4 KV heads: the grouped
+    einsum of the definition against a split into 7 ranges merged by merge_states."""
+    rng = np.random.default_rng(13)
+    q, k, v = rng.standard_normal((1, 1, 16, 64)), rng.standard_normal((1, 20000, 4, 64)), \
+        rng.standard_normal((1, 20000, 4, 64))
+    o, lse = attend(q, k, v, causal=True, window_left=15000, sink_tokens=4)
+    o2, lse2 = attend_split(q, k, v, splits=7, causal=True, window_left=15000, sink_tokens=4)
+    _close(o2, o, 1e-12)
+    _close(lse2, lse, 1e-12)
