@@ -8,11 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from ref.conformance import goldens
+from ref.conformance import regenerate
 from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import load_implementation
 from ref.conformance.runner import parse_entries, run
-from ref.testing.golden import golden_dir, load_manifest
+from ref.testing.vector_files import golden_dir, load_manifest
 
 DEFAULT_IMPL = "ref.conformance.adapters.default"
 DEFAULT_XFAILS = Path(__file__).parent / "conformance" / "adapters" / "ml_dtypes_casts.xfails"
@@ -26,7 +26,7 @@ def _list(args) -> int:
         counts = {}
     rows = [("op", "kind", "variants", "vectors", "spec")]
     for name, op in discover().items():
-        variants = "; ".join(f"{v.name}={'|'.join(v.values)}" for v in op.variants) or "-"
+        variants = "; ".join(f"{v.name}={'|'.join(map(v.text, v.values))}" for v in op.variants) or "-"
         rows.append((name, op.kind.value, variants, str(counts.get(name, 0)), op.spec))
     if args.names:
         print("\n".join(r[0] for r in rows[1:]))
@@ -39,10 +39,10 @@ def _list(args) -> int:
 
 def _golden(args) -> int:
     if args.write:
-        files = goldens.write(args.golden)
+        files = regenerate.write(args.golden)
         print(f"wrote {len(files)} files to {args.golden or golden_dir()}")
         return 0
-    problems = goldens.check(args.golden)
+    problems = regenerate.check(args.golden)
     for p in problems:
         print(f"golden: {p}")
     if problems:

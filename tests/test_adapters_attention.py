@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from ref.attention.attend import attend  # noqa: E402
 from ref.conformance.implementation import load_implementation  # noqa: E402
 from ref.conformance.runner import parse_entries, run  # noqa: E402
-from ref.testing.golden import load_vectors  # noqa: E402
+from ref.testing.vector_files import load_vectors  # noqa: E402
 
 ADAPTERS = Path(__file__).resolve().parent.parent / "ref" / "conformance" / "adapters"
 # Each adapter (module[:attribute]) run with vectors and random examples. gpt-oss's

@@ -353,7 +353,7 @@ def _empty_rows_by_loop(op_name, inputs, params):
 
 @pytest.mark.parametrize("op_name", ["attention.attend", "attention.attend_varlen"])
 def test_every_vector_with_an_empty_row_carries_the_flag(op_name):
-    from ref.testing.golden import load_vectors
+    from ref.testing.vector_files import load_vectors
 
     checked = 0
     for vec in load_vectors(op_name):

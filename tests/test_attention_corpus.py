@@ -41,7 +41,7 @@ def test_bug_is_rejected_by_properties_alone(name):
 
 def _no_vectors():
     from ref.conformance.runner import parse_entries
-    from ref.testing.golden import load_manifest
+    from ref.testing.vector_files import load_manifest
 
     manifest = load_manifest()["ops"]
     return parse_entries("\n".join(f"{op}/{i} properties only" for op in manifest if op.startswith("attention.")

@@ -10,7 +10,7 @@ from corpus.kernel_bugs import KERNEL_BUGS, SR_TOP16_DECLARED
 from ref.cli import DEFAULT_IMPL, DEFAULT_XFAILS
 from ref.conformance.implementation import Implementation, load_implementation
 from ref.conformance.runner import parse_entries, run
-from ref.testing.golden import load_manifest
+from ref.testing.vector_files import load_manifest
 
 
 # That each bug is rejected by a golden vector carrying its flag: test_runner_corpus_rule.py.

@@ -13,28 +13,29 @@ import numpy as np
 import pytest
 
 import ref
-from ref.conformance import goldens
-from ref.conformance.catalog import Kind, discover, flags
-from ref.testing.golden import (RESULTS, dump_json, golden_dir, load_manifest, load_vectors, read_npz,
+from ref.conformance import regenerate
+from ref.conformance.catalog import discover, flags
+from ref.testing.catalog_types import Kind
+from ref.testing.vector_files import (RESULTS, dump_json, golden_dir, load_manifest, load_vectors, read_npz,
                                 sha256_file, write_npz)
 
 GOLDEN = golden_dir()
 
 
 def test_bundled_folder_matches_the_oracles():
-    assert goldens.check() == []
+    assert regenerate.check() == []
 
 
 @pytest.fixture(scope="module")
 def generated():
-    return goldens.generate()
+    return regenerate.generate()
 
 
 @pytest.fixture()
 def copy(tmp_path, monkeypatch, generated):
     """A copy of the bundled folder; check and write reuse one generation (the
     generator is deterministic), which keeps these tests cheap."""
-    monkeypatch.setattr(goldens, "generate", lambda: generated)
+    monkeypatch.setattr(regenerate, "generate", lambda: generated)
     target = tmp_path / "golden"
     shutil.copytree(GOLDEN, target)
     return target
@@ -69,14 +70,14 @@ def _nudged(arrays: dict, rng, ulps: int) -> dict:
 
 def test_writing_over_the_folder_changes_no_byte(copy):
     before = _files(copy)
-    goldens.write(copy)
+    regenerate.write(copy)
     assert _files(copy) == before
 
 
 def test_writing_from_scratch_reproduces_exact_files_and_bounded_ones_within_the_bound(copy):
     scratch = copy.parent / "scratch"
-    goldens.write(scratch)
-    assert goldens.check(scratch) == []
+    regenerate.write(scratch)
+    assert regenerate.check(scratch) == []
     bounded = set(_bounded_groups())
     for rel, digest in load_manifest()["files"].items():
         if rel not in bounded:
@@ -92,8 +93,8 @@ def test_another_summation_order_regenerates_within_the_bound_and_changes_no_byt
         _rewrite(copy, rel, _nudged(read_npz(copy / rel), rng, 4))
     before = _files(copy)
     assert before != _files(GOLDEN)
-    assert goldens.check(copy) == []
-    goldens.write(copy)
+    assert regenerate.check(copy) == []
+    regenerate.write(copy)
     assert _files(copy) == before
 
 
@@ -103,10 +104,10 @@ def test_a_bounded_output_beyond_the_bound_is_named_and_rewritten(copy):
     arrays["2.expected.out"] = arrays["2.expected.out"] * (1 + 2.0**-30)
     _rewrite(copy, rel, arrays)
     comment = json.loads((copy / "attention/attend.json").read_text())["vectors"][1]["comment"]
-    assert goldens.check(copy) == [f"{rel}: vector 2 ({comment}): 2.expected.out differs from the oracle's output "
+    assert regenerate.check(copy) == [f"{rel}: vector 2 ({comment}): 2.expected.out differs from the oracle's output "
                                    "on the stored inputs beyond the golden bound"]
-    goldens.write(copy)
-    assert goldens.check(copy) == []
+    regenerate.write(copy)
+    assert regenerate.check(copy) == []
     assert read_npz(copy / rel)["2.expected.out"].tobytes() != arrays["2.expected.out"].tobytes()
 
 
@@ -121,11 +122,11 @@ def test_check_recomputes_outputs_from_the_stored_inputs(copy):
     arrays["27.x"] = np.nextafter(arrays["27.x"], np.float32(np.inf))
     arrays["27.expected"] = op.oracle(x=arrays["27.x"], rounding="nearest_even", overflow="saturate")
     _rewrite(copy, rel, arrays)
-    assert goldens.check(copy) == []
+    assert regenerate.check(copy) == []
 
     arrays["27.x"][0, 0] = 400.0
     _rewrite(copy, rel, arrays)
-    assert goldens.check(copy) == [
+    assert regenerate.check(copy) == [
         f"{rel}: vector 27 (random float32 values across the format's range, as a 16x16 matrix): "
         "27.expected differs from the oracle's output on the stored inputs"]
 
@@ -134,7 +135,7 @@ def test_check_recomputes_outputs_from_the_stored_inputs(copy):
     arrays = read_npz(copy / rel)
     arrays["18.w"] = np.zeros_like(arrays["18.w"])
     _rewrite(copy, rel, arrays)
-    assert goldens.check(copy) == [
+    assert regenerate.check(copy) == [
         f"{rel}: vector 18 (NaN weights are rejected): the oracle accepts the stored inputs of an invalid vector"]
 
     shutil.copytree(GOLDEN, copy, dirs_exist_ok=True)
@@ -143,7 +144,7 @@ def test_check_recomputes_outputs_from_the_stored_inputs(copy):
     alt = next(k for k in arrays if k.split(".")[1] == "alt")
     arrays[alt] = arrays[alt] ^ np.uint8(1)
     _rewrite(copy, rel, arrays)
-    problems = goldens.check(copy)
+    problems = regenerate.check(copy)
     assert len(problems) == 1 and problems[0].endswith(f"{alt} differs from the oracle's output on the stored inputs")
 
 
@@ -155,7 +156,7 @@ def test_a_hand_edited_array_is_named(copy):
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     path.write_bytes(buf.getvalue())
-    problems = goldens.check(copy)
+    problems = regenerate.check(copy)
     assert any("float8_e4m3fn.encode.npz: sha256" in p for p in problems)
     assert any("3.expected differs" in p for p in problems)
     with pytest.raises(ValueError, match="float8_e4m3fn.encode.npz"):
@@ -169,7 +170,7 @@ def test_a_hand_edited_comment_missing_and_stray_files_are_named(copy):
     path.write_text(json.dumps(doc))
     (copy / "formats" / "float16.decode.npz").unlink()
     (copy / "formats" / "stray.json").write_text("{}")
-    problems = "\n".join(goldens.check(copy))
+    problems = "\n".join(regenerate.check(copy))
     assert "bfloat16.decode.json: sha256" in problems
     assert "vector 1" in problems
     assert "float16.decode.npz: listed in the manifest but missing" in problems
@@ -236,3 +237,109 @@ def test_a_reader_without_ref_gets_the_spec_values():
     want = np.where(e == 0, m / 8 * 2.0**-6, (1 + m / 8) * 2.0 ** (e.astype(float) - 7)) * (-1.0) ** s
     want[(e == 15) & (m == 7)] = np.nan
     assert np.array_equal(values, want.astype(np.float32), equal_nan=True)
+
+
+SCHEMA = Path(__file__).resolve().parents[1] / "spec" / "golden.schema.json"
+
+
+@pytest.fixture(scope="module")
+def validator():
+    jsonschema = pytest.importorskip("jsonschema", reason="the test extra installs jsonschema")
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _errors(validator, doc) -> list[str]:
+    return [e.message for e in validator.iter_errors(doc)]
+
+
+def test_every_golden_file_validates_against_the_published_schema(validator):
+    docs = sorted(GOLDEN.rglob("*.json"))
+    assert len(docs) == len(load_manifest()["ops"]) + 1
+    for path in docs:
+        doc = json.loads(path.read_text())
+        assert _errors(validator, doc) == [], path
+        kind = "manifest" if path.name == "manifest.json" else doc["kind"]
+        assert doc["schema"] == f"llm-ref-golden/2/{kind}", path
+
+
+def _edited(rel: str, edit) -> dict:
+    doc = json.loads((GOLDEN / rel).read_text())
+    edit(doc)
+    return doc
+
+
+def test_the_schema_rejects_a_missing_schema_field_and_wrong_types(validator):
+    exact, bounded = "formats/float8_e4m3fn.encode.json", "attention/attend.json"
+    wrong = {
+        "no schema field": _edited(exact, lambda d: d.pop("schema")),
+        "an unknown type": _edited(exact, lambda d: d.update(schema="llm-ref-golden/2/exotic")),
+        "format 1": _edited(exact, lambda d: d.update(schema="llm-ref-golden/1/exact")),
+        "an exact document typed bounded": _edited(exact, lambda d: d.update(schema="llm-ref-golden/2/bounded")),
+        "an exact document typed stateful": _edited(exact, lambda d: d.update(schema="llm-ref-golden/2/stateful")),
+        "a bounded document without vectors": _edited(bounded, lambda d: d.pop("vectors")),
+        "the manifest typed exact": _edited("manifest.json", lambda d: d.update(schema="llm-ref-golden/2/exact")),
+        "the manifest at format 1": _edited("manifest.json", lambda d: d.update(golden_format=1)),
+        "a shape given as a string": _edited(exact, lambda d: d["vectors"][0]["inputs"]["x"].update(shape="16")),
+        "a float variant value": _edited(exact, lambda d: d["variants"]["rounding"].update(default=0.5)),
+        "a valid vector without its output": _edited(exact, lambda d: d["vectors"][0].pop("expected")),
+        "an unknown field": _edited(bounded, lambda d: d.update(tolerance=1e-3)),
+    }
+    for what, doc in wrong.items():
+        assert _errors(validator, doc), f"{what} accepted"
+
+
+def _statistical() -> dict:
+    entry = {"key": "1.x", "dtype": "<f4", "shape": [4]}
+    return {
+        "schema": "llm-ref-golden/2/statistical", "op": "formats.float8_e4m3fn.encode_sr", "kind": "statistical",
+        "spec": "spec/formats.md#sr", "summary": "s", "seed": 1, "variants": {}, "calls": 64, "false_alarm": 1e-6,
+        "outputs": ["outcomes", "probabilities"],
+        "vectors": [{"id": 1, "comment": "c", "flags": ["Random"], "result": "valid", "params": {},
+                     "inputs": {"x": entry},
+                     "expected": {"outcomes": {**entry, "key": "1.expected.outcomes", "dtype": "|u1", "shape": [4, 2]},
+                                  "probabilities": {**entry, "key": "1.expected.probabilities", "dtype": "<f8",
+                                                    "shape": [4, 2]}}}],
+    }
+
+
+def _stateful() -> dict:
+    return {
+        "schema": "llm-ref-golden/2/stateful", "op": "caches.paged.allocator", "kind": "stateful", "spec": "s",
+        "summary": "s", "seed": 2, "variants": {"policy": {"values": ["lru"], "default": "lru", "doc": "d",
+                                                             "latitude": False}},
+        "identifiers": ["blocks[*]"],
+        "traces": [{"id": 1, "comment": "c", "flags": [], "result": "valid", "params": {"policy": "lru"},
+                    "steps": [{"method": "allocate", "args": {"n": 2}, "observation": {"blocks": [0, 1]}}]}],
+    }
+
+
+def test_the_schema_describes_statistical_and_stateful_documents(validator):
+    assert _errors(validator, _statistical()) == []
+    assert _errors(validator, _stateful()) == []
+    for field in ("calls", "false_alarm"):
+        doc = _statistical()
+        doc.pop(field)
+        assert _errors(validator, doc), field
+    doc = _statistical()
+    doc["vectors"][0]["expected"]["probabilities"]["dtype"] = "<f4"
+    assert _errors(validator, doc), "float32 probabilities accepted"
+    doc = _statistical()
+    doc["outputs"] = ["expected"]
+    assert _errors(validator, doc), "a statistical document without a distribution accepted"
+    doc = _stateful()
+    doc.pop("identifiers")
+    assert _errors(validator, doc), "identifiers"
+    doc = _stateful()
+    doc["traces"][0]["steps"][0].pop("observation")
+    assert _errors(validator, doc), "a step without its observation accepted"
+
+
+def test_a_folder_of_another_golden_format_is_refused_by_name(copy):
+    manifest = load_manifest(copy)
+    manifest["golden_format"] = 1
+    (copy / "manifest.json").write_bytes(dump_json(manifest))
+    assert regenerate.check(copy) == ["manifest.json: golden format 1, expected 2 (run `python -m ref golden --write`)"]
+    with pytest.raises(ValueError, match="golden format 1; this version of ref reads format 2"):
+        load_vectors("formats.float8_e4m3fn.encode", copy)

@@ -20,7 +20,7 @@ from corpus import attention_impls, attention_tiled, formats_impls, groups_layou
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
 from ref.formats import decode
-from ref.testing.golden import load_vectors
+from ref.testing.vector_files import load_vectors
 
 # What a runner check, not a flag, catches (kernel_bugs' second field), and how:
 # on the vectors ("vector") or only outside them (by design: arrays past 2^24

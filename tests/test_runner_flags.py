@@ -15,7 +15,7 @@ from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
 from ref.formats import decode
-from ref.testing.golden import load_manifest
+from ref.testing.vector_files import load_manifest
 
 OP = "formats.float8_e4m3fn.decode"
 

@@ -15,12 +15,16 @@ import pytest
 
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
-from ref.conformance.judge import Judge
+from ref.conformance.judges.arrays import judge_case
+from ref.conformance.judges.bounded import BoundedJudge
+from ref.conformance.judges.exact import ExactJudge
 from ref.conformance.report import OpReport
-from ref.conformance.runner import _judge_case, run
-from ref.testing.golden import Case, load_vectors
+from ref.conformance.runner import run
+from ref.testing.catalog_types import Kind
+from ref.testing.vector_files import Case, load_vectors
 
 OPS = discover()
+JUDGES = {Kind.EXACT: ExactJudge, Kind.BOUNDED: BoundedJudge}
 TESTS = Path(__file__).parent
 
 
@@ -81,8 +85,8 @@ def test_every_kind_of_garbage_is_a_named_problem_for_every_op(name):
     op = OPS[name]
     case = _a_case(op)
     for kind, body in GARBAGE.items():
-        judge = Judge(op, body, Implementation("garbage", {name: body}), OpReport(name, "", ""))
-        problem = _judge_case(judge, case, "C", "test")
+        judge = JUDGES[op.kind](op, body, Implementation("garbage", {name: body}), OpReport(name, "", ""))
+        problem = judge_case(judge, case, "C", "test")
         assert problem, f"{kind} accepted"
         if kind in ("SystemExit", "a BaseException subclass"):
             assert "it must raise an Exception" in problem, problem

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ref.conformance.catalog import discover
-from ref.testing.golden import Case
+from ref.testing.vector_files import Case
 
 OPS = discover()
 

@@ -15,18 +15,13 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from ref.testing.catalog_types import BoundedOp, ExactOp, Flag, Kind, Operation, Variant, seed_for
+from ref.conformance.judges import runnable_kinds
+from ref.testing.catalog_types import Flag, Operation
 
-Op = Operation  # the base type, under its old name until every user moves
-
-__all__ = ["BoundedOp", "ExactOp", "Flag", "Kind", "Op", "Operation", "Variant", "discover", "flags", "get_op",
-           "seed_for"]
+__all__ = ["discover", "flags"]
 
 
 FRAMEWORK = ("conformance", "testing")  # packages of ref/ that are not technique areas
-
-# Kinds the runner can judge today; a kind joins with its first real operation.
-RUNNABLE_KINDS = (Kind.EXACT, Kind.BOUNDED)
 
 
 def _area_modules() -> Iterable[Any]:
@@ -47,8 +42,8 @@ def _area_modules() -> Iterable[Any]:
 
 
 @lru_cache(maxsize=1)
-def _load() -> tuple[dict[str, Op], dict[str, Flag]]:
-    ops: dict[str, Op] = {}
+def _load() -> tuple[dict[str, Operation], dict[str, Flag]]:
+    ops: dict[str, Operation] = {}
     notes: dict[str, Flag] = {}
     for module in _area_modules():
         for flag, note in getattr(module, "FLAGS", {}).items():
@@ -60,13 +55,13 @@ def _load() -> tuple[dict[str, Op], dict[str, Flag]]:
                 raise ValueError(f"operation {op.name!r} is declared twice")
             if not isinstance(op, Operation):
                 raise TypeError(f"{module.__name__}: {op!r} is not an operation (ref.testing.catalog_types)")
-            if op.kind not in RUNNABLE_KINDS:
-                raise ValueError(f"operation {op.name!r}: the runner has no checker for kind {op.kind.value!r} yet")
+            if op.kind not in runnable_kinds():  # a kind joins with its judge (ref/conformance/judges)
+                raise ValueError(f"operation {op.name!r}: the runner has no judge for kind {op.kind.value!r} yet")
             ops[op.name] = op
     return ops, notes
 
 
-def discover() -> dict[str, Op]:
+def discover() -> dict[str, Operation]:
     """Every catalogued operation by dotted name, sorted."""
     return dict(sorted(_load()[0].items()))
 
@@ -75,9 +70,3 @@ def flags() -> dict[str, Flag]:
     """Every vector flag with its note."""
     return dict(sorted(_load()[1].items()))
 
-
-def get_op(name: str) -> Op:
-    ops = discover()
-    if name not in ops:
-        raise ValueError(f"op: no operation named {name!r}; `python -m ref list` shows them")
-    return ops[name]

@@ -4,9 +4,11 @@ An implementation module (or object) provides
 
   OPS       mapping catalog name -> callable taking the oracle's keyword arguments
             (array inputs by name, then the variant parameters) and returning NumPy
-  VARIANTS  optional: op name or glob -> {axis: [values it implements]}; an axis not
-            declared is held to the catalog's default (or, for a latitude axis, to
-            any of its values, reported as an acceptable difference)
+  VARIANTS  optional: op name or glob -> {axis: [values it implements]}, each value
+            with its JSON type (the str of an enum axis, True/False, an int:
+            {"tile_2d": [False]}, {"group": [128]}); an axis not declared is held
+            to the catalog's default (or, for a latitude axis, to any of its
+            values, reported as an acceptable difference)
   DTYPES    optional: op name or glob -> {input name: [dtype names it accepts]}; valid
             cases with other input dtypes are skipped (invalid vectors always run)
   PRECISION optional: op name or glob -> "bfloat16" | "float16" | "float32" | "float64",
@@ -30,8 +32,9 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from ref.conformance.catalog import Op, discover
+from ref.conformance.catalog import discover
 from ref.formats.minifloat import PRECISIONS
+from ref.testing.catalog_types import Operation, Variant, VariantValue
 
 __all__ = ["Implementation", "load_implementation"]
 
@@ -40,7 +43,7 @@ __all__ = ["Implementation", "load_implementation"]
 class Implementation:
     name: str
     ops: Mapping[str, Callable]
-    variants: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
+    variants: Mapping[str, Mapping[str, Sequence[VariantValue]]] = field(default_factory=dict)
     dtypes: Mapping[str, Mapping[str, Sequence[str]]] = field(default_factory=dict)
     version: str = "unknown"
     source: str = ""
@@ -59,22 +62,27 @@ class Implementation:
                 if not any(fnmatchcase(n, pattern) for n in self.ops):
                     raise ValueError(f"{what}: {pattern!r} matches none of {self.name}'s operations")
 
-    def declared(self, op: Op) -> dict[str, tuple[str, ...]]:
-        """The variant values this implementation declares for `op` (checked)."""
-        out: dict[str, tuple[str, ...]] = {}
+    def declared(self, op: Operation) -> dict[str, tuple[VariantValue, ...]]:
+        """The variant values this implementation declares for `op` (checked: each
+        one of the axis's values, with its JSON type)."""
+        out: dict[str, tuple[VariantValue, ...]] = {}
         for pattern, axes in self.variants.items():
             if fnmatchcase(op.name, pattern):
-                out.update({axis: tuple(values) for axis, values in axes.items()})
-        known = op.variant_values
+                for axis, values in axes.items():
+                    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                        raise ValueError(f"variants: {op.name}.{axis} takes a list of values, got {values!r}")
+                    out[axis] = tuple(values)
+        known = {v.name: v for v in op.variants}
         for axis, values in out.items():
             if axis not in known:
                 raise ValueError(f"variants: {op.name} has no variant axis {axis!r} (axes: {sorted(known)})")
-            bad = [v for v in values if v not in known[axis]]
+            bad = [v for v in values if not known[axis].has(v)]
             if bad or not values:
-                raise ValueError(f"variants: {op.name}.{axis} takes values from {known[axis]}, got {list(values)}")
+                raise ValueError(f"variants: {op.name}.{axis} takes values from {list(known[axis].values)}, "
+                                 f"got {list(values)}{_type_hint(known[axis], bad)}")
         return out
 
-    def accepted_dtypes(self, op: Op) -> dict[str, tuple[str, ...]]:
+    def accepted_dtypes(self, op: Operation) -> dict[str, tuple[str, ...]]:
         """Input name -> the dtype names this implementation accepts for `op`."""
         out: dict[str, tuple[str, ...]] = {}
         for pattern, inputs in self.dtypes.items():
@@ -82,15 +90,25 @@ class Implementation:
                 out.update({name: tuple(str(np.dtype(d)) for d in names) for name, names in inputs.items()})
         return out
 
-    def declared_precision(self, op: Op) -> str | None:
+    def declared_precision(self, op: Operation) -> str | None:
         """The precision declared for `op`, or None (read it from the output)."""
         found = [value for pattern, value in self.precision.items() if fnmatchcase(op.name, pattern)]
         return found[-1] if found else None
 
-    def supported(self, op: Op) -> dict[str, tuple[str, ...]]:
+    def supported(self, op: Operation) -> dict[str, tuple[VariantValue, ...]]:
         """Declared values per axis, the catalog default where nothing is declared."""
         declared = self.declared(op)
         return {v.name: declared.get(v.name, (v.default,)) for v in op.variants}
+
+
+def _type_hint(axis: Variant, bad: Sequence) -> str:
+    """Why a value that reads like one of the axis's values is not it: its JSON type."""
+    for value in bad:
+        for right in axis.values:
+            if type(value) is not type(right) and axis.key(value) == axis.key(right):
+                return (f" ({value!r} is a {type(value).__name__}; the values of {axis.name} are "
+                        f"{type(right).__name__}s: write {right!r})")
+    return ""
 
 
 def load_implementation(spec: str) -> Implementation:

@@ -20,9 +20,10 @@ import signal
 import sys
 from collections.abc import Callable
 
-from ref.conformance.catalog import Op, get_op
+from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation, load_implementation
 from ref.conformance.report import Failure, OpReport
+from ref.testing.catalog_types import Operation
 
 __all__ = ["isolated_runner"]
 
@@ -31,13 +32,13 @@ __all__ = ["isolated_runner"]
 OUTSIDE_CALL_LIMIT = 600.0
 
 
-def isolated_runner(impl: Implementation, chosen, *, timeout: float) -> Callable[[Op], OpReport]:
+def isolated_runner(impl: Implementation, chosen, *, timeout: float) -> Callable[[Operation], OpReport]:
     """A function running one op in a child process under `chosen` (runner.Settings)."""
     if not impl.source:
         raise ValueError(f"isolate: {impl.name} has no --impl spec to load it again in a child process; "
                          f"pass an implementation loaded with load_implementation('module[:attr]')")
 
-    def run_one(op: Op) -> OpReport:
+    def run_one(op: Operation) -> OpReport:
         if op.name not in impl.ops:  # nothing of the candidate's runs: no child needed
             from ref.conformance.runner import run_op
 
@@ -57,7 +58,7 @@ def _child(conn, spec: str, op_name: str, chosen) -> None:
 
     try:
         impl = load_implementation(spec)
-        report = run_op(get_op(op_name), impl, chosen, watch)
+        report = run_op(discover()[op_name], impl, chosen, watch)
     except Exception as exc:  # loading the implementation failed: the op cannot be judged
         conn.send(("error", f"{type(exc).__name__}: {exc}", ()))
         return
@@ -76,7 +77,7 @@ def _follow_parent() -> None:
             pass  # without it, an orphan ends when it next writes to the closed pipe
 
 
-def _run_in_child(op: Op, spec: str, chosen, timeout: float) -> OpReport:
+def _run_in_child(op: Operation, spec: str, chosen, timeout: float) -> OpReport:
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, spec, op.name, chosen), daemon=True,
@@ -130,7 +131,7 @@ _COMMENTS = {
 }
 
 
-def _lost(op: Op, where: str, flags: tuple, comment: str, detail: str) -> OpReport:
+def _lost(op: Operation, where: str, flags: tuple, comment: str, detail: str) -> OpReport:
     report = OpReport(op.name, op.kind.value, op.spec, verdict="fail")
     report.failures.append(Failure(where or "op", comment, tuple(flags), {}, detail))
     return report

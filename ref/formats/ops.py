@@ -55,7 +55,7 @@ from ref.testing.compare import (
     compare_parts,
     compare_values,
 )
-from ref.testing.golden import Case, VectorSpec
+from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.strategies import (
     FLOAT_DTYPES,
     block_shapes,

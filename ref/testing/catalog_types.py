@@ -82,10 +82,14 @@ class Variant:
         """Whether `value` is one of this axis's values (with its JSON type)."""
         return any(_same_value(value, v) for v in self.values)
 
+    @staticmethod
+    def text(value: VariantValue) -> str:
+        """A value as JSON writes it, for people: true/false for a bool."""
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
     def key(self, value: VariantValue) -> str:
         """'name=value' as golden files key an alternative: true/false for a bool."""
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        return f"{self.name}={text}"
+        return f"{self.name}={self.text(value)}"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,16 @@
-"""Golden vectors: Wycheproof-style groups, stored as JSON plus NPZ, with a manifest.
+"""The golden vector file format: Wycheproof-style groups, stored as JSON plus NPZ,
+with a manifest; the types a catalog's vector generators build (`Case`, `VectorSpec`)
+and the stored `Vector` the runner reads back.
 
-Layout of a golden folder (spec/conformance.md documents it for non-Python readers):
+Layout of a golden folder (spec/conformance.md documents it for non-Python readers,
+spec/golden.schema.json validates every JSON file):
 
   manifest.json              suite, generator version, notes per flag, ops, sha256 per file
   <area>/<op>.json           the op's vectors: id, comment, flags, result, params, array keys
   <area>/<op>.npz            the arrays, one .npy member per key "<id>.<name>"
+
+Every JSON file names its document type in `schema`: "llm-ref-golden/2/<type>", the
+type one of manifest, exact, bounded, statistical, stateful (an op's kind).
 
 NPZ members are written deterministically (fixed timestamps, stored order), so
 regenerating unchanged vectors reproduces the files byte for byte.
@@ -16,7 +22,7 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -33,19 +39,24 @@ __all__ = [
     "Case",
     "Vector",
     "VectorSpec",
-    "build_vectors",
     "dump_json",
     "golden_dir",
     "group_documents",
     "load_manifest",
     "load_vectors",
     "read_npz",
+    "schema_id",
     "sha256_file",
     "write_npz",
 ]
 
-GOLDEN_FORMAT = 1
+GOLDEN_FORMAT = 2
 RESULTS = ("valid", "invalid", "acceptable")
+
+
+def schema_id(doc_type: str) -> str:
+    """The `schema` field of a document of this type (manifest, or an op's kind)."""
+    return f"llm-ref-golden/{GOLDEN_FORMAT}/{doc_type}"
 
 
 # An operation's output: one array, or a tuple of arrays for ops with several
@@ -105,91 +116,6 @@ class Vector:
     alternatives: Mapping[str, Output]
     formats: Mapping[str, str]
 
-    @property
-    def case(self) -> Case:
-        return Case(self.inputs, self.params)
-
-
-def _free_axes(spec: VectorSpec, oracle, variant_values, expected) -> dict[str, str]:
-    """Pin the axes the output depends on; the rest stay absent from the params.
-
-    Starting from every axis the spec does not set, the output is computed under
-    the whole product of their values; while any applicable combination differs,
-    the first axis is pinned to its default (its first value) and the rest retried.
-    """
-    free = [a for a in variant_values if a not in spec.case.params]
-    pinned: dict[str, str] = {}
-    while free:
-        combos = [{}]
-        for axis in free:
-            combos = [{**c, axis: v} for c in combos for v in variant_values[axis]]
-        if all(_same(oracle, spec, {**pinned, **c}, expected) is not False for c in combos):
-            break
-        pinned[free[0]] = variant_values[free[0]][0]
-        free = free[1:]
-    return pinned
-
-
-def _same(oracle, spec: VectorSpec, params, expected) -> bool | None:
-    """Whether the output under `params` equals `expected`; None where the oracle
-    rejects the combination (stochastic rounding without rbits): not applicable."""
-    try:
-        out = as_output(oracle(**spec.case.inputs, **spec.case.params, **params))
-    except (ValueError, TypeError):
-        return None
-    return same_output(out, expected)
-
-
-def build_vectors(
-    specs: Sequence[VectorSpec],
-    oracle: Callable[..., Any],
-    variant_values: Mapping[str, Sequence[str]],
-    formats: Callable[[str, np.ndarray], str | None],
-    outputs: Sequence[str] = (),
-) -> list[Vector]:
-    """Number the specs and run the oracle on each (invalid ones must raise).
-
-    An oracle with several outputs returns a tuple, named by `outputs` in order.
-
-    A variant axis the spec does not set is left out of the vector's params when
-    the output is the same under each of its values; otherwise it is pinned to
-    its default (the first value listed).
-    """
-    vectors = []
-    for i, spec in enumerate(specs, start=1):
-        if spec.result not in RESULTS:
-            raise ValueError(f"result: expected one of {RESULTS}, got {spec.result!r}")
-        if bool(spec.latitude) != (spec.result == "acceptable"):
-            raise ValueError(f"vector {i} ({spec.comment}): latitude goes with result 'acceptable'")
-        expected, alternatives, params = None, {}, dict(spec.case.params)
-        if spec.result == "invalid":
-            try:
-                oracle(**spec.case.inputs, **params)
-            except (ValueError, TypeError):
-                pass
-            else:
-                raise ValueError(f"vector {i} ({spec.comment}): the oracle accepted an invalid input")
-        else:
-            defaults = {a: v[0] for a, v in variant_values.items() if a not in params}
-            expected = as_output(oracle(**spec.case.inputs, **params, **defaults))
-            params.update(_free_axes(spec, oracle, variant_values, expected))
-            for axis in spec.latitude:
-                for value in variant_values[axis]:
-                    if value != params[axis]:
-                        alt = {**params, axis: value}
-                        alternatives[f"{axis}={value}"] = as_output(oracle(**spec.case.inputs, **alt))
-        arrays = dict(spec.case.inputs)
-        if isinstance(expected, tuple):
-            arrays.update(zip(outputs, expected))
-        elif expected is not None:
-            arrays["expected"] = expected
-        fmts = {name: fmt for name, arr in arrays.items() if (fmt := formats(name, arr))}
-        vectors.append(
-            Vector(i, spec.comment, tuple(spec.flags), spec.result, params,
-                   dict(spec.case.inputs), expected, alternatives, fmts)
-        )
-    return vectors
-
 
 def golden_dir() -> Path:
     """The bundled golden folder: inside the installed package, else the checkout's."""
@@ -230,7 +156,8 @@ def _array_entry(key: str, arr: np.ndarray, fmt: str | None) -> dict[str, Any]:
 
 def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vector], outputs: Sequence[str] = ()):
     """The JSON document and the NPZ arrays of one op's group of vectors; an op with
-    several outputs stores each under its name (`expected` becomes an object)."""
+    several outputs stores each under its name (`expected` becomes an object). `meta`
+    holds the group's fields, `kind` among them (the document's type)."""
     arrays: dict[str, np.ndarray] = {}
     entries = []
     for v in vectors:
@@ -257,7 +184,7 @@ def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vec
         if v.alternatives:
             entry["alternatives"] = {k: put_output(f"alt.{k}", a) for k, a in v.alternatives.items()}
         entries.append(entry)
-    doc = {"op": op_name, **meta, "golden_format": GOLDEN_FORMAT, "vectors": entries}
+    doc = {"schema": schema_id(meta["kind"]), "op": op_name, **meta, "vectors": entries}
     return doc, arrays
 
 
@@ -270,7 +197,11 @@ def load_manifest(directory: Path | None = None) -> dict[str, Any]:
     path = directory / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(f"golden: no manifest.json in {directory} (run `python -m ref golden --write`)")
-    return json.loads(path.read_text())
+    manifest = json.loads(path.read_text())
+    if manifest.get("golden_format") != GOLDEN_FORMAT:
+        raise ValueError(f"golden: {directory} holds golden format {manifest.get('golden_format')!r}; this version "
+                         f"of ref reads format {GOLDEN_FORMAT} (regenerate with `python -m ref golden --write`)")
+    return manifest
 
 
 def _verified(directory: Path, manifest: Mapping[str, Any], rel: str) -> Path:

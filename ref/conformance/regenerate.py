@@ -1,4 +1,5 @@
-"""`golden --write` and `golden --check`: golden vectors generated from the oracles.
+"""`golden --write` and `golden --check`: golden vectors generated from the oracles,
+in the files of ref.testing.vector_files (one document per op, of its kind's type).
 
 The rule (spec/conformance.md, "Regenerating and checking"):
 
@@ -10,76 +11,169 @@ The rule (spec/conformance.md, "Regenerating and checking"):
   still rejected, acceptable alternatives recomputed too. It never judges the stored
   inputs against freshly drawn ones: those come from random draws and transcendental
   functions, which may round differently under another numpy.
-- `write` regenerates every group, and leaves a group's files untouched when they are
-  equivalent to the fresh ones (the same JSON; inputs and exact outputs byte for byte;
+- `write` regenerates every group, and leaves a file untouched when it is equivalent
+  to the fresh one (the same JSON; in the NPZ, inputs and exact outputs byte for byte,
   bounded outputs within the golden bound), so files do not churn with the machine.
+
+A stateful op's document is all JSON (traces of calls and observations, no arrays):
+ref.testing.stateful writes it (`trace_document`) and replays a stored one
+(`check_trace_document`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import ref
-from ref.conformance.catalog import Kind, Op, discover, flags
+from ref.conformance.catalog import discover, flags
 from ref.testing.bounded import Bound, compare_bounded
-from ref.testing.golden import (
+from ref.testing.catalog_types import Kind, Operation
+from ref.testing.vector_files import (
     GOLDEN_FORMAT,
+    RESULTS,
     Vector,
+    VectorSpec,
     as_output,
-    build_vectors,
     dump_json,
     golden_dir,
     group_documents,
     read_npz,
+    same_output,
+    schema_id,
     sha256_file,
     write_npz,
 )
 
-__all__ = ["check", "generate", "write"]
+__all__ = ["build_vectors", "check", "generate", "write"]
 
 _GOLDEN_BOUND = Bound(k=1.0, floor=2.0, scale="absolute")  # 2^-43 * max(1, max |x|)
 
-
-def _vectors(op: Op) -> list[Vector]:
-    default_first = {v.name: (v.default, *[x for x in v.values if x != v.default]) for v in op.variants}
-    return build_vectors(op.vectors(), op.oracle, default_first, op.array_format, op.outputs)
+# Group fields a kind's document adds, read from the op's attributes of that name.
+_GROUP_FIELDS = {Kind.STATISTICAL: ("calls", "false_alarm")}
 
 
-def _meta(op: Op) -> dict[str, Any]:
+def _meta(op: Operation) -> dict[str, Any]:
     return {
         "kind": op.kind.value,
         "spec": op.spec,
         "summary": op.summary,
-        "outputs": list(op.outputs) or ["expected"],
         "seed": op.seed,
         "variants": {v.name: {"values": list(v.values), "default": v.default, "doc": v.doc,
                               "latitude": v.latitude} for v in op.variants},
+        **{name: getattr(op, name) for name in _GROUP_FIELDS.get(op.kind, ())},
     }
 
 
-def generate() -> dict[str, tuple[bytes, dict[str, np.ndarray]]]:
-    """Every op's (JSON bytes, arrays), keyed by the path of its JSON file."""
+def _group(op: Operation) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+    """One op's document and its arrays (None: a stateful op's document is all JSON)."""
+    if op.kind is Kind.STATEFUL:
+        from ref.testing.stateful import trace_document  # the stateful kind's own format
+
+        return {"schema": schema_id(op.kind.value), "op": op.name, **_meta(op), **trace_document(op)}, None
+    meta = {**_meta(op), "outputs": list(op.outputs) or ["expected"]}
+    return group_documents(op.name, meta, build_vectors(op), op.outputs)
+
+
+def build_vectors(op: Operation, specs: Sequence[VectorSpec] | None = None) -> list[Vector]:
+    """Number the op's vector specs (default: `op.vectors()`) and run the oracle on
+    each (invalid ones must raise); an oracle with several outputs returns a tuple,
+    named by `op.outputs` in order.
+
+    A variant axis the spec does not set is left out of the vector's params when the
+    output is the same under each of its values; otherwise it is pinned to its
+    default. A spec's latitude axes store the output under each other value of the
+    axis as an alternative, keyed by `Variant.key`.
+    """
+    axes = {v.name: v for v in op.variants}
+    values = {v.name: (v.default, *[x for x in v.values if x != v.default]) for v in op.variants}  # default first
+    vectors = []
+    for i, spec in enumerate(op.vectors() if specs is None else specs, start=1):
+        if spec.result not in RESULTS:
+            raise ValueError(f"result: expected one of {RESULTS}, got {spec.result!r}")
+        if bool(spec.latitude) != (spec.result == "acceptable"):
+            raise ValueError(f"vector {i} ({spec.comment}): latitude goes with result 'acceptable'")
+        inputs = dict(spec.case.inputs)
+        expected, alternatives, params = None, {}, dict(spec.case.params)
+        if spec.result == "invalid":
+            try:
+                op.oracle(**inputs, **params)
+            except (ValueError, TypeError):
+                pass
+            else:
+                raise ValueError(f"vector {i} ({spec.comment}): the oracle accepted an invalid input")
+        else:
+            defaults = {a: v[0] for a, v in values.items() if a not in params}
+            expected = as_output(op.oracle(**inputs, **params, **defaults))
+            params.update(_free_axes(op, spec, values, expected))
+            for axis in spec.latitude:
+                for value in values[axis]:
+                    if value != params[axis]:
+                        alternatives[axes[axis].key(value)] = as_output(op.oracle(**inputs, **{**params, axis: value}))
+        arrays = dict(inputs)
+        if isinstance(expected, tuple):
+            arrays.update(zip(op.outputs, expected))
+        elif expected is not None:
+            arrays["expected"] = expected
+        formats = {name: fmt for name, arr in arrays.items() if (fmt := op.array_format(name, arr))}
+        vectors.append(Vector(i, spec.comment, tuple(spec.flags), spec.result, params, inputs, expected,
+                              alternatives, formats))
+    return vectors
+
+
+def _free_axes(op: Operation, spec: VectorSpec, values: Mapping[str, Sequence[Any]], expected) -> dict[str, Any]:
+    """Pin the axes the output depends on; the rest stay absent from the params.
+
+    Starting from every axis the spec does not set, the output is computed under
+    the whole product of their values; while any applicable combination differs,
+    the first axis is pinned to its default (its first value) and the rest retried.
+    """
+    free = [a for a in values if a not in spec.case.params]
+    pinned: dict[str, Any] = {}
+    while free:
+        combos = [{}]
+        for axis in free:
+            combos = [{**c, axis: v} for c in combos for v in values[axis]]
+        if all(_same(op, spec, {**pinned, **c}, expected) is not False for c in combos):
+            break
+        pinned[free[0]] = values[free[0]][0]
+        free = free[1:]
+    return pinned
+
+
+def _same(op: Operation, spec: VectorSpec, params, expected) -> bool | None:
+    """Whether the output under `params` equals `expected`; None where the oracle
+    rejects the combination (stochastic rounding without rbits): not applicable."""
+    try:
+        out = as_output(op.oracle(**spec.case.inputs, **spec.case.params, **params))
+    except (ValueError, TypeError):
+        return None
+    return same_output(out, expected)
+
+
+def generate() -> dict[str, tuple[bytes, dict[str, np.ndarray] | None]]:
+    """Every op's (JSON bytes, arrays or None), keyed by the path of its JSON file."""
     out = {}
     for op in discover().values():
-        doc, arrays = group_documents(op.name, _meta(op), _vectors(op), op.outputs)
+        doc, arrays = _group(op)
         area, _, rest = op.name.partition(".")
         out[f"{area}/{rest}.json"] = (dump_json(doc), arrays)
     return out
 
 
-def _manifest(files: dict[str, str], counts: dict[str, tuple[str, int, int]]) -> dict[str, Any]:
+def _manifest(files: dict[str, str], groups: dict[str, tuple[str, bool, int, int]]) -> dict[str, Any]:
     return {
+        "schema": schema_id("manifest"),
         "suite": "llm-ref",
         "generator_version": ref.__version__,
         "golden_format": GOLDEN_FORMAT,
         "notes": {name: {"bug": f.bug, "effect": f.effect} for name, f in flags().items()},
-        "ops": {name: {"json": j, "npz": j[:-5] + ".npz", "vectors": n, "seed": seed}
-                for name, (j, n, seed) in sorted(counts.items())},
+        "ops": {name: {"json": j, **({"npz": j[:-5] + ".npz"} if npz else {}), "vectors": n, "seed": seed}
+                for name, (j, npz, n, seed) in sorted(groups.items())},
         "files": dict(sorted(files.items())),
     }
 
@@ -99,13 +193,19 @@ def _equivalent(key: str, fresh: np.ndarray, stored: np.ndarray, *, bounded: boo
     return stored.tobytes() == np.ascontiguousarray(fresh).tobytes()
 
 
-def _unchanged(jpath: Path, npath: Path, doc: bytes, arrays: Mapping[str, np.ndarray], *, bounded: bool) -> bool:
-    """Whether the files on disk are equivalent to a freshly generated group."""
-    if not jpath.is_file() or not npath.is_file() or jpath.read_bytes() != doc:
+def _unchanged(npath: Path, arrays: Mapping[str, np.ndarray], *, bounded: bool) -> bool:
+    """Whether the NPZ on disk is equivalent to a freshly generated group's arrays
+    (its JSON entries, dtypes and shapes, then hold for either)."""
+    if not npath.is_file():
         return False
     stored = read_npz(npath)
     return set(stored) == set(arrays) and all(
         _equivalent(key, arr, stored[key], bounded=bounded) for key, arr in arrays.items())
+
+
+def _count(doc: Mapping[str, Any]) -> int:
+    """How many vectors (or a stateful document's traces) a group holds."""
+    return len(doc["traces"] if "traces" in doc else doc["vectors"])
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
@@ -118,24 +218,24 @@ def write(directory: Path | None = None) -> list[str]:
     files of the folder."""
     directory = Path(directory) if directory else golden_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    files, counts = {}, {}
+    files, groups = {}, {}
     catalog = discover()
     for path, (doc, arrays) in generate().items():
         op = catalog[json.loads(doc)["op"]]
         jpath = directory / path
         npath = jpath.with_suffix(".npz")
-        if not _unchanged(jpath, npath, doc, arrays, bounded=op.kind is Kind.BOUNDED):
-            jpath.parent.mkdir(parents=True, exist_ok=True)
-            jpath.write_bytes(doc)
+        jpath.parent.mkdir(parents=True, exist_ok=True)
+        _write_bytes(jpath, doc)
+        if arrays is not None and not _unchanged(npath, arrays, bounded=op.kind is Kind.BOUNDED):
             write_npz(npath, arrays)
-        counts[op.name] = (path, len(json.loads(doc)["vectors"]), op.seed)
-        for p in (path, path[:-5] + ".npz"):
+        groups[op.name] = (path, arrays is not None, _count(json.loads(doc)), op.seed)
+        for p in (path, path[:-5] + ".npz") if arrays is not None else (path,):
             files[p] = sha256_file(directory / p)
     for stale in directory.rglob("*"):
         rel = stale.relative_to(directory).as_posix()
         if stale.is_file() and rel not in files and rel != "manifest.json":
             stale.unlink()
-    _write_bytes(directory / "manifest.json", dump_json(_manifest(files, counts)))
+    _write_bytes(directory / "manifest.json", dump_json(_manifest(files, groups)))
     return sorted(files) + ["manifest.json"]
 
 
@@ -146,6 +246,9 @@ def check(directory: Path | None = None) -> list[str]:
     if not path.is_file():
         return [f"{path}: missing (run `python -m ref golden --write`)"]
     manifest = json.loads(path.read_text())
+    if manifest.get("golden_format") != GOLDEN_FORMAT:
+        return [f"manifest.json: golden format {manifest.get('golden_format')!r}, expected {GOLDEN_FORMAT} "
+                f"(run `python -m ref golden --write`)"]
     problems = []
     for rel, digest in manifest["files"].items():
         f = directory / rel
@@ -171,20 +274,25 @@ def check(directory: Path | None = None) -> list[str]:
     return problems
 
 
-def _check_group(directory: Path, rel: str, op: Op, fresh: dict[str, Any],
-                 arrays: Mapping[str, np.ndarray]) -> list[str]:
+def _check_group(directory: Path, rel: str, op: Operation, fresh: dict[str, Any],
+                 arrays: Mapping[str, np.ndarray] | None) -> list[str]:
     """The stored JSON against the generator's, then every vector's stored outputs
-    against the oracle run on its stored inputs."""
+    against the oracle run on its stored inputs (a stateful op's traces replayed)."""
     jpath, npz = directory / rel, rel[:-5] + ".npz"
-    if not jpath.is_file() or not (directory / npz).is_file():
+    if not jpath.is_file() or (arrays is not None and not (directory / npz).is_file()):
         return []  # already reported as missing
     stored_doc = json.loads(jpath.read_text())
     problems = []
     if stored_doc != fresh:
-        ids = {v.get("id"): v for v in stored_doc.get("vectors", [])}
-        changed = [v for v in fresh["vectors"] if ids.get(v["id"]) != v]
-        problems.append(f"{rel}: vector {changed[0]['id']} ({changed[0]['comment']}) differs from the generator's"
+        listed = "traces" if "traces" in fresh else "vectors"
+        ids = {v.get("id"): v for v in stored_doc.get(listed, [])}
+        changed = [v for v in fresh[listed] if ids.get(v["id"]) != v]
+        problems.append(f"{rel}: {listed[:-1]} {changed[0]['id']} ({changed[0]['comment']}) differs from the generator's"
                         if changed else f"{rel}: metadata differs from the catalog")
+    if arrays is None:
+        from ref.testing.stateful import check_trace_document  # the stateful kind's own format
+
+        return problems + [f"{rel}: {problem}" for problem in check_trace_document(op, stored_doc)]
     stored = read_npz(directory / npz)
     if set(stored) != set(arrays):
         return problems + [f"{npz}: array keys differ from the generator's"]
@@ -199,7 +307,7 @@ def _entries(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [entry] if "key" in entry else list(entry.values())
 
 
-def _check_vector(op: Op, entry: Mapping[str, Any], stored: Mapping[str, np.ndarray],
+def _check_vector(op: Operation, entry: Mapping[str, Any], stored: Mapping[str, np.ndarray],
                   fresh: Mapping[str, np.ndarray], where: str) -> list[str]:
     """One vector's stored arrays: dtypes and shapes as the JSON says, outputs as the
     oracle computes them from the stored inputs (recomputed only where the stored
@@ -226,7 +334,7 @@ def _check_vector(op: Op, entry: Mapping[str, Any], stored: Mapping[str, np.ndar
             for key in keys if _is_output(key) and not _equivalent(key, recomputed[key], stored[key], bounded=bounded)]
 
 
-def _recompute(op: Op, entry: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+def _recompute(op: Operation, entry: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     """The vector's outputs by NPZ key, from the oracle called as the generator calls it
     (`build_vectors`); None when an invalid vector's inputs are accepted."""
     params = dict(entry["params"])
@@ -238,10 +346,19 @@ def _recompute(op: Op, entry: Mapping[str, Any], inputs: Mapping[str, np.ndarray
         return None
     defaults = {a: v for a, v in op.defaults.items() if a not in params}
     out = _keyed(entry["expected"], as_output(op.oracle(**inputs, **params, **defaults)), op.outputs)
-    for name, alt in entry.get("alternatives", {}).items():
-        axis, _, value = name.partition("=")
+    for key, alt in entry.get("alternatives", {}).items():
+        axis, value = _alternative(op, key)
         out.update(_keyed(alt, as_output(op.oracle(**inputs, **{**params, axis: value})), op.outputs))
     return out
+
+
+def _alternative(op: Operation, key: str) -> tuple[str, Any]:
+    """(axis, value) of an alternative's key ("axis=value", `Variant.key`)."""
+    for axis in op.variants:
+        for value in axis.values:
+            if axis.key(value) == key:
+                return axis.name, value
+    raise ValueError(f"{op.name}: no variant value has the key {key!r}")
 
 
 def _keyed(entry: Mapping[str, Any], output, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:

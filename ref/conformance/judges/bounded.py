@@ -1,0 +1,56 @@
+"""The judge of bounded ops: the candidate's error against the float64 oracle within
+the op's bounds times the error of the oracle evaluated at the candidate's precision
+(its `emulate`), that precision declared by the implementation (PRECISION) or read
+from the dtype of its (first) output. The emulation is computed once per case and
+precision; the report's worst is the largest error as a fraction of its bound."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ref.conformance.implementation import Implementation
+from ref.conformance.judges import Settings
+from ref.conformance.judges.arrays import run_checks
+from ref.conformance.judges.candidate import ArrayJudge, Watch
+from ref.conformance.report import OpReport
+from ref.testing.bounded import precision_of, ratio
+from ref.testing.catalog_types import Operation
+from ref.testing.compare import Comparison
+from ref.testing.vector_files import Case, as_output
+
+__all__ = ["BoundedJudge", "run_op"]
+
+
+class BoundedJudge(ArrayJudge):
+    def __init__(self, op, fn, impl, report, watch=None):
+        super().__init__(op, fn, impl, report, watch)
+        self.precision = impl.declared_precision(op)
+        self._emulated: tuple = ()  # (the inputs object, params and precision, the emulation)
+
+    def judge_output(self, case: Case, actual, expected, alternatives):
+        cmp = self._compare(case, actual, expected)
+        report = self.report
+        report.unit, report.tolerance = "of tolerance", 1.0
+        report.worst = max(report.worst, ratio(cmp) if cmp.ok else max(ratio(cmp), 1.0))
+        return cmp, None
+
+    def _compare(self, case: Case, actual, expected) -> Comparison:
+        first = actual[0] if isinstance(actual, tuple) else actual
+        try:
+            precision = self.precision or precision_of(first)
+        except ValueError as exc:
+            return Comparison(False, 0, 0, np.inf, "abs error", problem=str(exc))
+        key = (repr(sorted(case.params.items())), precision)
+        held = self._emulated
+        if not held or held[0] is not case.inputs or held[1] != key:  # the inputs object is held: no id reuse
+            emulated = as_output(self.op.emulate(precision, **case.inputs, **case.params))
+            held = self._emulated = (case.inputs, key, emulated)
+        return self.op.compare(expected, actual, held[2], precision)
+
+
+def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
+           watch: Watch | None = None) -> None:
+    """Judge `fn` on `op` into `report` (the protocol of ref.conformance.judges)."""
+    run_checks(BoundedJudge(op, fn, impl, report, watch), settings)

@@ -1,0 +1,99 @@
+"""The judge of exact ops: outputs compared bit for bit by the op's comparator, and
+the latitude the spec leaves open.
+
+An implementation that does not declare a latitude axis (VARIANTS) may match any of
+its values, as an acceptable difference, but one and the same value throughout: the
+values consistent with every case that exercises the axis are narrowed case by case,
+and none left at the end is a failure ("latitude", undeclared variant axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ref.conformance.implementation import Implementation
+from ref.conformance.judges import Settings
+from ref.conformance.judges.arrays import run_checks
+from ref.conformance.judges.candidate import ArrayJudge, Watch
+from ref.conformance.report import Failure, OpReport
+from ref.testing.catalog_types import Operation, Variant
+from ref.testing.compare import Comparison
+from ref.testing.vector_files import Case, as_output, same_output
+
+__all__ = ["ExactJudge", "run_op"]
+
+
+class ExactJudge(ArrayJudge):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.latitude_choices: dict[str, list] = {}  # open axis -> the values every case allowed so far
+
+    def judge_output(self, case: Case, actual, expected, alternatives):
+        """The op's comparison; an undeclared latitude axis may match any of its values."""
+        cmp = self.op.compare(expected, actual)
+        self._record(cmp)
+        self._note_latitude(case, actual, expected, alternatives)
+        if cmp.ok:
+            return cmp, None
+        for axis in self.open_axes:
+            for value in axis.values:
+                if _same(value, case.params.get(axis.name)):
+                    continue
+                alt = self._alternative(case, axis, value, alternatives)
+                if alt is not None and self.op.compare(alt, actual).ok:
+                    accepted = Comparison(True, cmp.compared, 0, 0.0, cmp.unit, cmp.tolerance)
+                    return accepted, f"matches variant {axis.key(value)}"
+        return cmp, None
+
+    def _alternative(self, case: Case, axis: Variant, value: Any, alternatives):
+        """The output under another value of a latitude axis: a vector's stored one
+        (None if it has none), else the oracle's."""
+        if alternatives is not None:
+            return alternatives.get(axis.key(value))
+        return as_output(self.op.oracle(**case.inputs, **{**case.params, axis.name: value}))
+
+    def _note_latitude(self, case: Case, actual, expected, alternatives) -> None:
+        """Narrow, per undeclared latitude axis, the values consistent with every case
+        that exercises it: an implementation may pick any one value, not a different
+        one per input (NaN to +max for float32 but to +0 for float16, say)."""
+        for axis in self.open_axes:
+            given = case.params.get(axis.name)
+            outs = [(given, expected)]
+            for value in axis.values:
+                if not _same(value, given):
+                    alt = self._alternative(case, axis, value, alternatives)
+                    if alt is not None:
+                        outs.append((value, alt))
+            if all(same_output(o, expected) for _, o in outs):
+                continue  # this input does not exercise the latitude
+            matching = [v for v, o in outs if self.op.compare(o, actual).ok]
+            before = self.latitude_choices.get(axis.name)
+            self.latitude_choices[axis.name] = matching if before is None else [
+                v for v in before if any(_same(v, m) for m in matching)]
+
+    def _record(self, cmp: Comparison) -> None:
+        report = self.report
+        report.unit = report.unit or cmp.unit
+        report.tolerance = cmp.tolerance
+        if not cmp.ok:
+            report.worst = max(report.worst, cmp.worst)
+
+    def finish(self) -> None:
+        for axis, values in self.latitude_choices.items():
+            if not values:
+                self.report.failures.append(Failure(
+                    "latitude", f"undeclared variant axis {axis!r}", (), {},
+                    f"the outputs match different values of {axis!r} on different inputs; the spec leaves the "
+                    f"choice open, but one implementation makes one choice (declare it in VARIANTS)"))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same variant value, with its JSON type (True is not 1)."""
+    return type(a) is type(b) and a == b
+
+
+def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
+           watch: Watch | None = None) -> None:
+    """Judge `fn` on `op` into `report` (the protocol of ref.conformance.judges)."""
+    run_checks(ExactJudge(op, fn, impl, report, watch), settings)
