@@ -28,7 +28,7 @@ from ref.testing.attention_cases import (
     rope_cases,
     varlen_cases,
 )
-from ref.testing.golden import Case
+from ref.testing.vector_files import Case
 
 SINK_IN_LSE = {"sink_in_lse": ["included", "excluded"]}
 

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from ref.attention.attend import visible_keys
 from ref.formats.minifloat import round_to
-from ref.testing.golden import Case
+from ref.testing.params import variant_params
+from ref.testing.vector_files import Case
 
 __all__ = [
     "DEEPSEEK_V3_YARN",
@@ -93,19 +94,13 @@ def mla_inputs(rng: np.random.Generator, b: int, lq: int, lk: int, h: int, dn: i
             "w_kv_b": grid(rng, (h * (dn + dv), r), 1 / math.sqrt(r))}
 
 
-def _variant_params(draw, supported: Mapping[str, Sequence]) -> dict:
-    """One supported value per variant axis, drawn (labelled by the axis). (To become
-    ref.testing.strategies.variant_params, the formats area's, once both are merged.)"""
-    return {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
-
-
 def _seeded(draw) -> np.random.Generator:
     return np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
 
 
 @st.composite
 def _attention_case(draw, supported, varlen):
-    params = _variant_params(draw, supported)
+    params = draw(variant_params(supported))
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
     rng = np.random.default_rng(seed)
     hkv = draw(st.integers(1, 3), label="hkv")
@@ -177,7 +172,7 @@ def varlen_cases(supported: Mapping[str, Sequence]) -> st.SearchStrategy[Case]:
 def merge_cases(draw, supported: Mapping[str, Sequence]):
     """merge_states calls: two partials (o [N, H, Dv], lse [N, H]) with LSEs centred from
     -200 to 900 and spread up to 50, some rows empty (o 0, lse -inf) on either side."""
-    params = _variant_params(draw, supported)
+    params = draw(variant_params(supported))
     rng = _seeded(draw)
     n, h, dv = draw(st.integers(0, 6), label="n"), draw(st.integers(1, 4), label="h"), draw(
         st.integers(1, 16), label="dv")
@@ -199,7 +194,7 @@ def rope_cases(draw, supported: Mapping[str, Sequence]):
     """apply_rope calls: head dims 2-128, partial rotary dims, bases to 1e6, no scaling or
     a published one (Llama 3.1, DeepSeek-V3 and gpt-oss YaRN, linear, `MSCALE_ALONE`),
     positions up to 200000 over [*S, H] tokens."""
-    params = _variant_params(draw, supported)
+    params = draw(variant_params(supported))
     rng = _seeded(draw)
     d = draw(st.sampled_from([2, 4, 8, 16, 64, 128]), label="d")
     if draw(st.booleans(), label="partial?"):
@@ -222,7 +217,7 @@ def mla_cases(draw, supported: Mapping[str, Sequence]):
     """mla calls: 1-4 heads, small nope, rope, latent and value dims, up to 8 latent
     tokens (one case in eight up to 100), Lq <= Lk, causal or not, DeepSeek-V3's YaRN or
     no scaling."""
-    params = _variant_params(draw, supported)
+    params = draw(variant_params(supported))
     rng = _seeded(draw)
     h = draw(st.integers(1, 4), label="h")
     dn, dr = draw(st.sampled_from([4, 8, 16]), label="dn"), draw(st.sampled_from([2, 4, 8]), label="dr")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ref.attention import attend
 from ref.testing.bounded import Bound
 from ref.testing.catalog_types import Area, Variant
-from ref.testing.golden import Case, VectorSpec
+from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["ATTENTION", "LSE_BOUND", "OUT_BOUND", "OUT_LSE", "SINK_IN_LSE", "Vectors"]
 
