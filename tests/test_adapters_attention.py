@@ -141,9 +141,8 @@ def test_gpt_oss_eager_softmax_in_bfloat16_misses_under_a_dominant_sink():
     """The divergence behind the eager xfails: at bfloat16, gpt-oss's eager attention
     subtracts the row maximum (the sink, 30) in bfloat16, so s - 30 is rounded to a
     multiple of 0.125 and the keys' weights move by up to e^0.0625; at float32 it passes."""
+    from ref.attention import emulate
     from ref.conformance.adapters import transformers_attention
-
-    from ref.attention.emulate import attend as attend_emulated
 
     vec = next(v for v in load_vectors("attention.attend") if "sink logits 30 and 100" in v.comment)
     want, _ = attend(**vec.inputs, **vec.params)
@@ -153,7 +152,7 @@ def test_gpt_oss_eager_softmax_in_bfloat16_misses_under_a_dominant_sink():
 
     bf16, _ = transformers_attention.attend(**vec.inputs, **vec.params, path="gpt_oss_eager", precision="bfloat16")
     f32, _ = transformers_attention.attend(**vec.inputs, **vec.params, path="gpt_oss_eager", precision="float32")
-    yardstick = error(attend_emulated("bfloat16", **vec.inputs, **vec.params)[0])  # softmax in float32
+    yardstick = error(emulate.attend("bfloat16", **vec.inputs, **vec.params)[0])  # softmax in float32
     assert error(f32) < 1e-5
     assert error(bf16) > 10 * yardstick > 0.01
 

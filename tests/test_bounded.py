@@ -14,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ref.attention.attend import attend
+from ref.attention.catalog.common import OUT_LSE
 from ref.attention.emulate import attend as attend_emulated
 from ref.attention.flash import attend_tiled
-from ref.attention.ops import BOUNDS, grid
+from ref.testing.attention_cases import grid
 from ref.testing.bounded import FLOOR_UNITS, Bound, compare_bounded, compare_bounded_parts, precision_of, ratio
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -108,7 +109,7 @@ def attention_inputs(draw, min_lk=1, stds=(0.5, 1.0, 2.0)):
 def _judge(precision, inputs, opts, actual):
     expected = attend(**inputs, **opts)
     emulated = attend_emulated(precision, **inputs, **opts)
-    return compare_bounded_parts(expected, emulated, actual, names=("out", "lse"), bounds=BOUNDS,
+    return compare_bounded_parts(expected, emulated, actual, names=("out", "lse"), bounds=OUT_LSE,
                                  precision=precision)
 
 

@@ -323,9 +323,9 @@ def _few_outputs_large_logits(seed, std=3.0):
     """Two queries of one head over three keys under DeepSeek-V3's YaRN (softmax scale
     times mscale^2 = 1.87): few outputs, logits near 16, where a float16 logit's
     rounding (2^-7) is several times the LSE floor."""
-    from ref.attention.ops_rope_mla import DEEPSEEK_V3_YARN, _mla_inputs
+    from ref.testing.attention_cases import DEEPSEEK_V3_YARN, mla_inputs
 
-    inputs = _mla_inputs(np.random.default_rng(seed), 1, 2, 3, 1, 8, 4, 4, 4, std)
+    inputs = mla_inputs(np.random.default_rng(seed), 1, 2, 3, 1, 8, 4, 4, 4, std)
     return inputs, {"causal": True, "rope_scaling": DEEPSEEK_V3_YARN, "rope_style": "gptj"}
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ref.arguments import member
+from ref.attention.attend import SinkInLse
 from ref.conformance.adapters._torch_attention import (
     NUMPY_DTYPES,
     TORCH_DTYPES,
@@ -44,6 +46,7 @@ _VARIANTS = {"sink_in_lse": ["included", "excluded"]}  # no sinks: both read ali
 def sdpa(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
          sink_tokens=0, softcap=0.0, sink_in_lse="included", *, precision: str = "bfloat16"):
     """One `attention.attend` call through SDPA at `precision` -> (out, lse)."""
+    member(sink_in_lse, SinkInLse, "sink_in_lse")  # no sinks: both values read alike
     if sinks is not None:
         raise NotImplementedError("SDPA has no learnable sinks")
     if softcap:

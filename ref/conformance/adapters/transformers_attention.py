@@ -56,6 +56,8 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward a
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as gpt_oss_eager
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager
 
+from ref.arguments import member
+from ref.attention.attend import SinkInLse
 from ref.conformance.adapters._torch_attention import (
     NUMPY_DTYPES,
     TORCH_DTYPES,
@@ -85,7 +87,7 @@ def _lse(t, see, scaling, softcap, sinks, sink_in_lse, group, dtype):
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
     lse = torch.logsumexp(scores.float().masked_fill(~see, float("-inf")), dim=-1)
-    if sinks is not None and sink_in_lse == "included":
+    if sinks is not None and sink_in_lse is SinkInLse.INCLUDED:
         sink = torch.from_numpy(np.array(sinks, np.float32)).to(dtype).float()[None, :, None]
         lse = torch.logaddexp(lse, sink.expand_as(lse))
     return lse
@@ -97,6 +99,7 @@ def attend(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left
     """One `attention.attend` call through transformers' `path` at `precision` -> (out, lse)."""
     q, k, v = (np.asarray(x) for x in (q, k, v))
     check_qkv(q, k, v, mask, sinks=sinks, softcap=softcap)
+    sink_in_lse = member(sink_in_lse, SinkInLse, "sink_in_lse")
     if path == "gpt_oss_eager" and (sinks is None or softcap):
         raise NotImplementedError("gpt-oss's eager attention: learnable sinks, no soft-capping")
     if path == "eager" and sinks is not None:

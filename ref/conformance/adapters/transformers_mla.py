@@ -45,6 +45,8 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     eager_attention_forward,
 )
 
+from ref.arguments import member
+from ref.attention.rope import RopeStyle
 from ref.conformance.adapters._torch_attention import NUMPY_DTYPES, TORCH_DTYPES, check_precision
 from ref.conformance.implementation import Implementation
 
@@ -109,8 +111,7 @@ def mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=No
     """One `attention.mla` call through DeepseekV3Attention at `precision` -> (out, lse)."""
     q_nope, q_pe, c_kv, k_pe, w_kv_b = (np.asarray(x) for x in (q_nope, q_pe, c_kv, k_pe, w_kv_b))
     _check(q_nope, q_pe, c_kv, k_pe, w_kv_b)
-    if rope_style not in ("gptj", "neox"):
-        raise ValueError(f"rope_style: expected 'gptj' or 'neox', got {rope_style!r}")
+    rope_style = member(rope_style, RopeStyle, "rope_style")
     b, lq, h, dn = q_nope.shape
     lk, r, dr = c_kv.shape[1], c_kv.shape[2], q_pe.shape[3]
     dv = w_kv_b.shape[0] // h - dn
@@ -123,7 +124,7 @@ def mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_base=No
     config = DeepseekV3Config(
         hidden_size=hidden, num_attention_heads=h, num_key_value_heads=h, q_lora_rank=None, kv_lora_rank=r,
         qk_nope_head_dim=dn, qk_rope_head_dim=dr, v_head_dim=dv, head_dim=dr, attention_bias=False,
-        rope_interleave=rope_style == "gptj", rope_parameters=rope_parameters,
+        rope_interleave=rope_style is RopeStyle.GPTJ, rope_parameters=rope_parameters,
         max_position_embeddings=max(lk, int(rope_parameters.get("factor", 1) *
                                             rope_parameters.get("original_max_position_embeddings", lk))))
     config._attn_implementation = _CAPTURE

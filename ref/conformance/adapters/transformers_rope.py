@@ -29,6 +29,8 @@ from transformers import GPTNeoXConfig
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding, apply_rotary_pos_emb
 
+from ref.arguments import member
+from ref.attention.rope import AttentionFactor, MscaleKeys, RopeStyle
 from ref.conformance.adapters._torch_attention import NUMPY_DTYPES, TORCH_DTYPES, check_precision
 from ref.conformance.implementation import Implementation
 
@@ -75,10 +77,10 @@ def _rope_parameters(d, r, base, scaling) -> dict:
 def rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, attention_factor="cos_sin",
          mscale_keys="transformers", *, precision: str = "bfloat16"):
     """One `attention.rope` call through transformers at `precision`."""
-    if attention_factor != "cos_sin" or mscale_keys != "transformers":
+    style = member(style, RopeStyle, "style")
+    if (member(attention_factor, AttentionFactor, "attention_factor") is not AttentionFactor.COS_SIN
+            or member(mscale_keys, MscaleKeys, "mscale_keys") is not MscaleKeys.TRANSFORMERS):
         raise NotImplementedError("transformers applies the attention factor to cos and sin, read its own way")
-    if style not in ("neox", "gptj"):
-        raise ValueError(f"style: expected 'neox' or 'gptj', got {style!r}")
     x, pos, d, r = _checked(x, positions, rotary_dim, scaling)
     heads = x.shape[-2]
     params = _rope_parameters(d, r, base, scaling)
@@ -93,7 +95,7 @@ def rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, a
     t = torch.from_numpy(np.array(x, np.float32).reshape(1, -1, heads, d)).to(dtype).transpose(1, 2)  # [1, H, N, D]
     ids = torch.from_numpy(np.array(pos, np.int64).reshape(1, -1))
     cos, sin = embedding(t, ids)  # [1, N, r], in the activation dtype
-    if style == "neox":
+    if style is RopeStyle.NEOX:
         out, _ = apply_rotary_pos_emb(t, t, cos, sin)
     else:
         rot, _ = apply_rotary_pos_emb_interleave(t[..., :r], t[..., :r], cos, sin)
