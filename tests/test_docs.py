@@ -37,7 +37,7 @@ PUBLIC = {
     "formats.md": ["ref.formats", "ref.formats.mx", "ref.formats.nvfp4", "ref.formats.intgroup",
                    "ref.formats.layouts", "ref.formats.fakequant", "ref.formats.packing"],
     "conformance.md": ["ref.testing.compare", "ref.testing.ulp", "ref.testing.strategies", "ref.testing.vector_files",
-                       "ref.testing.profiles", "ref.testing.operations", "ref.testing.bounded", "ref.conformance.adapters",
+                       "ref.testing.profiles", "ref.testing.bounded", "ref.conformance.adapters",
                        "ref.conformance.runner", "ref.conformance.implementation", "ref.arguments",
                        "ref.testing.params", "ref.conformance.judges", "ref.conformance.hygiene",
                        "ref.conformance.regenerate"],
