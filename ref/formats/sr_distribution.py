@@ -23,7 +23,7 @@ by Sterbenz's lemma, or is |x| itself when lo = 0, and the division is by a powe
 two), and so is floor(f 2^W).
 
 References: spec/formats.md, "encode" (stochastic rounding) and "The statistical
-twin"; PTX ISA 8.7, `cvt` with `.rs` rounding (sm_100a); Croci et al., "Stochastic
+twin"; PTX ISA, `cvt` with `.rs` rounding (sm_100a); Croci et al., "Stochastic
 rounding: implementation, error analysis and applications", R. Soc. Open Sci. 9
 (2022).
 """
