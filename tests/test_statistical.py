@@ -38,12 +38,14 @@ def vectors(op):
     return _VECTORS[op.name]
 
 
-def judge(op, sampler, variants=None, *, examples=5, seed_base=None, skips=(), xfails=(), with_vectors=True):
+def judge(op, sampler, variants=None, *, examples=5, seed_base=None, skips=(), xfails=(), with_vectors=True,
+          stop_at_failure=False):
     impl = cs.implementation(op, sampler, variants)
     report = OpReport(op.name, op.kind.value, op.spec)
     settings = SimpleNamespace(examples=examples, skips=tuple(skips), xfails=tuple(xfails), golden=None,
                                shrink=False, large=False)
-    run_op(op, impl.fn, impl, settings, report, seed_base=seed_base, vectors=vectors(op) if with_vectors else [])
+    run_op(op, impl.fn, impl, settings, report, seed_base=seed_base, vectors=vectors(op) if with_vectors else [],
+           stop_at_failure=stop_at_failure)
     return report
 
 
@@ -132,7 +134,7 @@ def test_distribution_rejects_bad_arguments(bad, error):
 
 def test_binomial_and_multinomial_pvalues():
     assert binomial_pvalue(0, 10, 0.5) == pytest.approx(2 * 0.5**10)
-    assert binomial_pvalue(5, 10, 0.5) == 1.0
+    assert binomial_pvalue(5, 10, 0.5) == pytest.approx(1.0)
     assert binomial_pvalue(0, 10, 0.0) == 1.0 and binomial_pvalue(1, 10, 0.0) == 0.0
     assert binomial_pvalue(3, 0, 0.3) == 1.0
     counts, p = [30, 50, 20], [0.3, 0.5, 0.2]
@@ -142,6 +144,15 @@ def test_binomial_and_multinomial_pvalues():
     small = multinomial_pvalue([9, 0, 1], [0.8, 0.1, 0.1])  # expected counts below 5: Bonferroni-split binomials
     assert small == pytest.approx(min(1.0, 3 * min(binomial_pvalue(9, 10, 0.8), binomial_pvalue(0, 10, 0.1),
                                                    binomial_pvalue(1, 10, 0.1))))
+
+
+def test_binomial_pvalue_is_scipys_binomtest():
+    rng = np.random.default_rng(3)
+    for n in [*rng.integers(1, 5000, 150), 4096, 4097, 20000]:
+        p = float(rng.choice([0.5, 0.25, 1 / 256, 2.0**-32, 1 - 1 / 256, rng.random()]))
+        k = int(rng.binomial(n, p)) if rng.random() < 0.7 else int(rng.integers(0, n + 1))
+        assert binomial_pvalue(k, int(n), p) == pytest.approx(stats.binomtest(k, int(n), p).pvalue, rel=1e-9,
+                                                              abs=1e-300)
 
 
 def test_level_split_and_seeds():
@@ -301,19 +312,22 @@ def _oracle_sampler(op):
     return sample
 
 
-def measure_power(runs: int = 50, examples: int = 50) -> dict[str, float]:
-    """Share of `runs` independent runs (fresh seeds) that reject each bug."""
+def measure_power(runs: int = 50, examples: int = 50, with_vectors: bool = True) -> dict[str, float]:
+    """Share of `runs` independent runs (fresh seeds) of the catalog's op (64 calls per
+    check) that reject each bug; a run stops at its first failure (its verdict is known)."""
     out = {}
     for name, (sampler, fmt, variants, _) in sorted(cs.BUGS.items()):
-        out[name] = sum(judge(OPS[fmt], sampler, variants, examples=examples, seed_base=1000 + i).verdict == "fail"
+        out[name] = sum(judge(OPS[fmt], sampler, variants, examples=examples, seed_base=1000 + i,
+                              with_vectors=with_vectors, stop_at_failure=True).verdict == "fail"
                         for i in range(runs)) / runs
     return out
 
 
 def measure_false_alarms(runs: int, fmt: str = "float4_e2m1fn", false_alarm: float | None = None,
-                         examples: int = 50) -> tuple[int, int, int]:
-    """(failed runs, checks whose first attempt rejected, checks) of a correct sampler."""
-    op = OPS[fmt] if false_alarm is None else dataclasses.replace(OPS[fmt], false_alarm=false_alarm)
+                         examples: int = 50, calls: int = 64) -> tuple[int, int, int]:
+    """(failed runs, checks whose first attempt rejected, checks) of a correct sampler
+    drawing straight from the oracle's distribution."""
+    op = dataclasses.replace(OPS[fmt], calls=calls, false_alarm=false_alarm or OPS[fmt].false_alarm)
     failed = first = checks = 0
     for i in range(runs):
         report = judge(op, _oracle_sampler(op), examples=examples, seed_base=50_000 + i)
@@ -332,10 +346,20 @@ def test_power_against_every_bug():
 
 @pytest.mark.skipif(not DEEP, reason="HYPOTHESIS_PROFILE=deep: hundreds of runs of a correct sampler")
 def test_false_alarm_rate_is_what_the_op_states():
-    """At the op's rate (1e-6) no run fails; at an inflated rate (0.2) the observed
-    share of failing runs stays within its bound."""
-    failed, _, _ = measure_false_alarms(200)
+    """At the op's rate (1e-6) no run fails; at an inflated rate (0.2) the share of
+    failing runs, and of checks rejected at their first attempt, stay within bounds."""
+    failed, _, _ = measure_false_alarms(60)
     assert failed == 0
-    runs, rate = 300, 0.2
-    failed, _, _ = measure_false_alarms(runs, false_alarm=rate, examples=10)
+    runs, rate = 150, 0.2
+    failed, first, checks = measure_false_alarms(runs, false_alarm=rate, examples=10, calls=16)
     assert failed / runs <= rate + 3 * math.sqrt(rate * (1 - rate) / runs)
+    level = check_level(rate, checks // runs)
+    assert first / checks <= level + 3 * math.sqrt(level * (1 - level) / checks)
+
+
+def test_stop_at_failure_ends_the_run_with_the_same_verdict():
+    sampler, fmt, variants, _ = cs.BUGS["deterministic (round to nearest even)"]
+    full = judge(fast(OPS[fmt]), sampler, variants)
+    short = judge(fast(OPS[fmt]), sampler, variants, stop_at_failure=True)
+    assert full.verdict == short.verdict == "fail" and len(short.failures) == 1 < len(full.failures)
+    assert short.examples == 0 and short.vectors_run < full.vectors_run

@@ -172,11 +172,13 @@ def _accepts(case: Case, dtypes: Mapping[str, Sequence[str]]) -> bool:
 
 
 def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch | None = None, *,
-           seed_base: int | None = None, vectors: Sequence[Vector] | None = None) -> None:
+           seed_base: int | None = None, vectors: Sequence[Vector] | None = None,
+           stop_at_failure: bool = False) -> None:
     """Judge `fn` on a statistical op and fill `report` (judge protocol,
     ref/conformance/judges). `seed_base` replaces the op's seed, so that repeated runs
     are independent (the power and false-alarm measurements use it); `vectors`
-    replaces the golden folder's (tests build them from the op directly)."""
+    replaces the golden folder's (tests build them from the op directly);
+    `stop_at_failure` ends the run at its first failure, when only the verdict matters."""
     base = op.seed if seed_base is None else seed_base
     name, skips, xfails = op.name, settings.skips, settings.xfails
     supported, dtypes = impl.supported(op), impl.accepted_dtypes(op)
@@ -205,8 +207,10 @@ def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch
         report.vectors_run += 1
         failure = None if problem is None else Failure(at[0], v.comment, v.flags, dict(case.params), problem)
         _settle(report, failure, name, str(v.id), xfails, v.flags)
+        if stop_at_failure and report.failures:
+            break
 
-    if run_examples:
+    if run_examples and not (stop_at_failure and report.failures):
         _run_properties(op, fn, settings.examples, base, level, counter, report, xfails, skips, supported,
                         dtypes, watch)
     if report.unsupported:

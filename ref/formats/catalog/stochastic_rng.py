@@ -48,7 +48,11 @@ def same_code(a: np.ndarray, b: np.ndarray, fmt: str) -> np.ndarray:
     """Codes that count as the same outcome: equal, or both NaN (any NaN code)."""
     f = get_format(fmt)
     a, b = np.asarray(a), np.asarray(b)
-    return (a == b) | (f.is_nan_code(a) & f.is_nan_code(b))
+    equal = a == b
+    nan = f.is_nan_code(a)
+    if not nan.any():
+        return equal
+    return equal | (nan & f.is_nan_code(b))
 
 
 def variants(f: FloatFormat) -> tuple[Variant, ...]:
