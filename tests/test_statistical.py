@@ -249,6 +249,17 @@ def test_every_bug_is_rejected(name):
     assert all(f.detail for f in report.failures)
 
 
+@pytest.mark.parametrize("name", sorted(cs.BUGS))
+def test_every_bug_is_rejected_by_a_vector_carrying_its_flag(name):
+    """The corpus rule: without random examples, the vectors flagged for the bug
+    reject it (replayers in other languages see only the golden files)."""
+    sampler, fmt, variants, flag = cs.BUGS[name]
+    op = fast(OPS[fmt])
+    skips = [Entry(op.name, str(v.id), "not flagged") for v in vectors(op) if flag not in v.flags]
+    report = judge(op, sampler, variants, examples=0, skips=skips)
+    assert report.verdict == "fail" and all(flag in f.flags for f in report.failures), name
+
+
 @pytest.mark.parametrize("name", ["biased by half an ulp", "deterministic (round to nearest even)",
                                   "negative values step toward +Inf", "4 random bits read while 8 are declared"])
 def test_random_examples_alone_reject(name):

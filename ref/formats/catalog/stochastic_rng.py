@@ -102,6 +102,9 @@ def _vectors(f: FloatFormat) -> list[VectorSpec]:
     for num, den in ((1, 4), (3, 4), (1, 8), (5, 8)):
         add(f"fraction {num}/{den} of the quantum: P(away) = {num}/{den}", ["SrFraction", "SrSign"],
             _spread(lo + q * num / den), dtype=np.float32)
+    add("fractions 2^-5 + 2^-7 and 1/2 + 2^-6: more than 4 random bits needed (any declared width)",
+        ["SrWidth", "SrSign"], _spread(np.concatenate([lo + q * (2.0**-5 + 2.0**-7), lo + q * (0.5 + 2.0**-6)])),
+        dtype=np.float32)
     exact = _values(f)
     add("every representable value (both signs): P = 0, it never moves", ["SrExact"], _spread(exact, 4),
         dtype=np.float32)
