@@ -19,8 +19,11 @@ __all__ = ["boolean", "choice", "integer", "member", "positive_float32", "real"]
 
 def integer(value, name: str, *, minimum: int | None = None, maximum: int | None = None,
             choices: Sequence[int] | None = None) -> int:
-    """`value` as a Python int: an int or NumPy integer (not bool), within
-    [minimum, maximum] and one of `choices` when given."""
+    """`value` as a Python int: an int or NumPy integer (not bool; a 0-d integer array
+    too, as golden files store scalars), within [minimum, maximum] and one of
+    `choices` when given."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iu":
+        value = value[()]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
     value = int(value)

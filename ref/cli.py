@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from ref.conformance import goldens
+from ref.conformance.adapters import DEFAULT, shipped_xfails
 from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import load_implementation
 from ref.conformance.runner import parse_entries, run
 from ref.testing.golden import golden_dir, load_manifest
 
-DEFAULT_IMPL = "ref.conformance.adapters.default"
-DEFAULT_XFAILS = Path(__file__).parent / "conformance" / "adapters" / "ml_dtypes_casts.xfails"
 DEFAULT_TIMEOUT = 60.0  # seconds per call under --isolate
 
 
@@ -26,7 +24,9 @@ def _list(args) -> int:
         counts = {}
     rows = [("op", "kind", "variants", "vectors", "spec")]
     for name, op in discover().items():
-        variants = "; ".join(f"{v.name}={'|'.join(v.values)}" for v in op.variants) or "-"
+        # each value as its golden key writes it (true/false for a bool)
+        variants = "; ".join(f"{v.name}={'|'.join(v.key(x).partition('=')[2] for x in v.values)}"
+                             for v in op.variants) or "-"
         rows.append((name, op.kind.value, variants, str(counts.get(name, 0)), op.spec))
     if args.names:
         print("\n".join(r[0] for r in rows[1:]))
@@ -61,23 +61,11 @@ def _entries(path: str | None, kind: str):
     return parse_entries(p.read_text(), source=path)
 
 
-def _shipped_xfails(impl_spec: str) -> Path | None:
-    """The xfails file an adapter module ships beside itself (`name.py` -> `name.xfails`)."""
-    try:
-        found = importlib.util.find_spec(impl_spec.partition(":")[0])
-    except (ImportError, ValueError):
-        return None  # load_implementation names the problem
-    if found is None or not found.origin:
-        return None
-    path = Path(found.origin).with_suffix(".xfails")
-    return path if path.is_file() else None
-
-
 def _conform(args) -> int:
-    impl_spec = args.impl or DEFAULT_IMPL
+    impl_spec = args.impl or DEFAULT
     xfails_path = args.xfails_file
     if xfails_path is None:
-        shipped = DEFAULT_XFAILS if args.impl is None else _shipped_xfails(impl_spec)
+        shipped = shipped_xfails(impl_spec)
         xfails_path = str(shipped) if shipped else None
     if args.timeout is not None and not args.isolate:
         raise ValueError("--timeout: only with --isolate (a call in process cannot be stopped)")
@@ -141,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_golden)
 
     p = sub.add_parser("conform", parents=[common], help="run the conformance suite against an implementation")
-    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT_IMPL}: ml_dtypes' casts and float32 NumPy attention)")
+    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT}: ml_dtypes' casts and float32 NumPy attention)")
     p.add_argument("--ops", help="comma-separated op names or globs (default: all)")
     p.add_argument("--examples", type=int, default=50, help="hypothesis examples per op (default 50)")
     p.add_argument("--no-shrink", action="store_true", help="report the first failing example unshrunk")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ref.conformance.adapters import as_numpy, wrap
+from ref.conformance.adapters._casts import cast_ops
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import run
 from ref.formats import encode
@@ -60,3 +61,35 @@ def test_wrap_with_torch():
     x = np.float32([1.0, -2.5, 1e-6])
     assert np.array_equal(fn(x=x, rounding="nearest_even", overflow="nonsaturating"),
                           encode(x, "float8_e5m2", overflow="nonsaturating"))
+
+
+def _numpy_cast_ops():
+    """A 'library' whose only format is numpy's own float16 cast, through the shared helper."""
+    return cast_ops({"float16": np.float16}, to_codes=lambda x, dt: x.astype(dt).view(np.uint16),
+                    to_values=lambda c, dt: c.view(dt).astype(np.float32))
+
+
+def test_cast_ops_build_a_passing_implementation():
+    ops = _numpy_cast_ops()
+    assert set(ops) == {"formats.float16.encode", "formats.float16.decode"}
+    impl = Implementation("numpy float16 casts", ops, variants={},
+                          dtypes={"formats.*.encode": {"x": ["float32", "float16", "float64"]}})
+    report = run(impl, examples=5, shrink=False)
+    assert report.ok, report.details()
+    assert {r.verdict for r in report.ops if r.verdict != "not covered"} == {"pass"}
+
+
+@pytest.mark.parametrize("call, error, word", [
+    (lambda ops: ops["formats.float16.encode"](x=np.int32([1])), TypeError, "x"),
+    (lambda ops: ops["formats.float16.decode"](codes=np.uint8([1])), TypeError, "codes"),
+])
+def test_cast_ops_check_their_arguments(call, error, word):
+    with pytest.raises(error, match=word):
+        call(_numpy_cast_ops())
+
+
+def test_cast_ops_reject_dirty_bits_of_sub_byte_codes():
+    ops = cast_ops({"float4_e2m1fn": None}, to_codes=None, to_values=lambda c, dt: c.astype(np.float32))
+    with pytest.raises(ValueError, match="low 4 bits"):
+        ops["formats.float4_e2m1fn.decode"](codes=np.uint8([1, 0x10]))
+    assert ops["formats.float4_e2m1fn.decode"](codes=np.uint8([1, 15])).tolist() == [1.0, 15.0]

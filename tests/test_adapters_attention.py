@@ -143,7 +143,7 @@ def test_gpt_oss_eager_softmax_in_bfloat16_misses_under_a_dominant_sink():
     multiple of 0.125 and the keys' weights move by up to e^0.0625; at float32 it passes."""
     from ref.conformance.adapters import transformers_attention
 
-    from ref.attention.emulate import attend_emulated
+    from ref.attention.emulate import attend as attend_emulated
 
     vec = next(v for v in load_vectors("attention.attend") if "sink logits 30 and 100" in v.comment)
     want, _ = attend(**vec.inputs, **vec.params)

@@ -21,7 +21,7 @@ from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor
 from ref.conformance.implementation import Implementation, load_implementation  # noqa: E402
 from ref.conformance.runner import parse_entries, run  # noqa: E402
 from ref.formats import encode, mx, nvfp4  # noqa: E402
-from ref.formats.ops import _torchao_order_ties  # noqa: E402
+from ref.formats.catalog.nvfp4_ties import torchao_order_ties  # noqa: E402
 
 ADAPTERS = Path(__file__).resolve().parents[1] / "ref" / "conformance" / "adapters"
 
@@ -92,7 +92,7 @@ def _packed(codes: np.ndarray) -> np.ndarray:
 def test_torchao_nvfp4_is_the_017_recipe_with_and_without_a_global_scale(amax):
     """Two-level (p = amax / 2688) and single-level (no p: the recipe with p = 1, a
     tensor amax of 2688) both multiply by the reciprocal; 0.13's division differs."""
-    x = _torchao_order_ties(np.float32(amax), np.random.default_rng(11))
+    x = torchao_order_ties(np.float32(amax), np.random.default_rng(11))
     p = per_tensor_amax_to_scale(torch.tensor(np.float32(amax))) if amax != 2688.0 else None
     packed, scales = _torchao_nvfp4(x, p)
     new = nvfp4.quantize(x, recipe="torchao_0_17")
@@ -168,8 +168,7 @@ def test_torchao_nvfp4_cannot_quantize_an_empty_tensor_but_dequantizes_one():
     with pytest.raises(RuntimeError):
         NVFP4Tensor.to_nvfp4(torch.zeros(0, 16), block_size=16, per_tensor_scale=torch.tensor(1.0))
     with pytest.raises(NotImplementedError):
-        torchao_nvfp4.quantize(np.zeros((0, 16), np.float32), recipe="torchao_0_17", tile_2d="false", rht="false",
-                               rounding="nearest_even")
+        torchao_nvfp4.quantize(np.zeros((0, 16), np.float32), recipe="torchao_0_17", tile_2d=False, rht=False)
     for shape in [(0, 16), (3, 0)]:
         codes, scales = np.zeros(shape, np.uint8), np.zeros((*shape[:-1], shape[-1] // 16), np.uint8)
         out = torchao_nvfp4.dequantize(codes, scales, np.float32(1), recipe="torchao_0_17", order="scale_first")

@@ -1,5 +1,5 @@
 """attend, attend_varlen, the tiled and split forms and merge_states, checked against
-an element-by-element loop written here from the definition, against PyTorch where
+the element-by-element loop of the definition (attend_naive), against PyTorch where
 it is installed, and by the algebra the spec states."""
 
 from __future__ import annotations
@@ -8,67 +8,20 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ref.attention.attend import attend, attend_varlen, lse_from_base2, lse_to_base2, visible_keys
-from ref.attention.flash import attend_split, attend_tiled, merge_states, merge_states_many, split_partials
-
-
-def loop_attention(q, k, v, *, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
-                   sink_tokens=0, softcap=0.0, sink_in_lse="included"):
-    """Row by row, key by key, with Python floats: the definition as the spec writes it."""
-    b_, lq, hq, d = q.shape
-    lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
-    scale = 1 / math.sqrt(d) if scale is None else scale
-    out = np.zeros((b_, lq, hq, dv))
-    lse = np.zeros((b_, hq, lq))
-    for b in range(b_):
-        for h in range(hq):
-            kvh = h // (hq // hkv)
-            for i in range(lq):
-                pos = i + lk - lq
-                logits, values = [], []
-                for j in range(lk):
-                    ok = True
-                    if causal and j > pos:
-                        ok = False
-                    if window_right >= 0 and j > pos + window_right:
-                        ok = False
-                    if window_left >= 0 and j < pos - window_left and j >= sink_tokens:
-                        ok = False
-                    if mask is not None:
-                        m = mask if mask.ndim == 2 else mask[min(b, mask.shape[0] - 1), min(h, mask.shape[1] - 1)]
-                        ok = ok and bool(m[i, j])
-                    if ok:
-                        s = scale * float(np.dot(q[b, i, h], k[b, j, kvh]))
-                        if softcap > 0:
-                            s = softcap * math.tanh(s / softcap)
-                        logits.append(s)
-                        values.append(v[b, j, kvh])
-                top = max(logits + ([float(sinks[h])] if sinks is not None else []), default=-math.inf)
-                if top == -math.inf:
-                    lse[b, h, i] = -math.inf
-                    continue
-                weights = [math.exp(s - top) for s in logits]
-                z_keys = sum(weights)
-                z = z_keys + (math.exp(float(sinks[h]) - top) if sinks is not None else 0.0)
-                if weights:
-                    out[b, i, h] = sum(w * val for w, val in zip(weights, values)) / z
-                included = sinks is not None and sink_in_lse == "included"
-                total = z if included else z_keys
-                lse[b, h, i] = top + math.log(total) if total > 0 else -math.inf
-                if not included and weights:  # the keys' LSE alone, recomputed at their own max
-                    mk = max(logits)
-                    lse[b, h, i] = mk + math.log(sum(math.exp(s - mk) for s in logits))
-    return out, lse
+from ref.attention.attend_naive import attend_naive
+from ref.attention.flash import attend_tiled
+from ref.attention.split_kv import attend_split, merge_states, merge_states_many, split_partials
 
 
 def _close(a, b, tol=1e-12):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape
     fin = np.isfinite(b)
-    assert np.array_equal(np.isfinite(a), fin) and np.array_equal(a[~fin], b[~fin]), (a, b)
+    assert np.array_equal(np.isfinite(a), fin) and np.array_equal(a[~fin], b[~fin], equal_nan=True), (a, b)
     if fin.any():
         assert np.max(np.abs(a[fin] - b[fin])) <= tol * max(1.0, np.max(np.abs(b[fin])))
 
@@ -103,15 +56,24 @@ def problems(draw, head_dims=(1, 2, 3, 8, 16)):
         opts["sink_in_lse"] = draw(st.sampled_from(["included", "excluded"]))
     if draw(st.booleans()):
         shape = draw(st.sampled_from([(lq, lk), (b, hq, lq, lk), (1, hq, lq, lk), (b, 1, lq, lk)]))
-        opts["mask"] = rng.random(shape) < 0.6
+        opts["mask"] = rng.random(shape) < draw(st.sampled_from([0.0, 0.3, 0.6]))
     return inputs, opts
 
 
-@given(problems())
-def test_attend_matches_the_element_loop(problem):
+@given(problems(), st.sampled_from(["e", "2"]), st.sampled_from(["-inf", "+inf"]), st.booleans())
+@settings(max_examples=300)
+def test_attend_matches_the_element_loop(problem, lse_base, masked_lse, nan):
+    """attend against the definition's loop on many random cases: GQA, causal with
+    Lq != Lk, windows and sink tokens, soft-capping, learnable sinks, explicit masks
+    (some masking every key), rows that see no key, and a NaN in q or in v."""
     inputs, opts = problem
-    _close(attend(**inputs, **opts)[0], loop_attention(**inputs, **opts)[0])
-    _close(attend(**inputs, **opts)[1], loop_attention(**inputs, **opts)[1])
+    opts = {**opts, "lse_base": lse_base, "masked_lse": masked_lse}
+    if nan and inputs["q"].size and inputs["v"].size:
+        inputs["q"].flat[0] = np.nan
+        inputs["v"].flat[-1] = np.nan
+    got, want = attend(**inputs, **opts), attend_naive(**inputs, **opts)
+    _close(got[0], want[0])
+    _close(got[1], want[1])
 
 
 @pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (192, 128), (256, 256), (576, 512)])
@@ -120,8 +82,8 @@ def test_attend_matches_the_loop_at_model_head_dims(d, dv):
     for causal, lq, lk, hq, hkv in ((True, 3, 5, 4, 2), (False, 2, 2, 2, 1), (True, 4, 4, 3, 3)):
         q, k = rng.standard_normal((2, lq, hq, d)), rng.standard_normal((2, lk, hkv, d))
         v = rng.standard_normal((2, lk, hkv, dv))
-        _close(attend(q, k, v, causal=causal)[0], loop_attention(q, k, v, causal=causal)[0])
-        _close(attend(q, k, v, causal=causal)[1], loop_attention(q, k, v, causal=causal)[1])
+        _close(attend(q, k, v, causal=causal)[0], attend_naive(q, k, v, causal=causal)[0])
+        _close(attend(q, k, v, causal=causal)[1], attend_naive(q, k, v, causal=causal)[1])
 
 
 def test_attend_matches_torch_sdpa_in_float64():
@@ -305,7 +267,7 @@ def test_varlen_equals_attend_per_sequence(lengths, seed, causal):
     o, lse = attend_varlen(q, k, v, cq, ck, causal=causal, sinks=sinks, window_left=2)
     for s in range(len(lengths)):
         r, c = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
-        want_o, want_l = loop_attention(q[None, r], k[None, c], v[None, c], causal=causal, sinks=sinks,
+        want_o, want_l = attend_naive(q[None, r], k[None, c], v[None, c], causal=causal, sinks=sinks,
                                         window_left=2)
         _close(o[r], want_o[0])
         _close(lse[:, r], want_l[0])
@@ -385,7 +347,7 @@ def _empty_rows_by_loop(op_name, inputs, params):
     else:
         seqs = [(inputs["q"], inputs["k"], inputs["v"], inputs.get("mask"))]
     zero = lambda x: np.zeros(x.shape)  # noqa: E731  (NaN inputs must not hide a row)
-    return any(np.isneginf(loop_attention(zero(q), zero(k), zero(v), mask=m, **window)[1]).any()
+    return any(np.isneginf(attend_naive(zero(q), zero(k), zero(v), mask=m, **window)[1]).any()
                for q, k, v, m in seqs)
 
 
@@ -427,3 +389,91 @@ def test_case_flags_classify_random_examples(op_name):
 
     check()
     assert {flags[0] for flags in seen} == {True, False} and {flags[1] for flags in seen} == {True, False}
+
+
+# ------------------------------------------------------------ the emulations' contract ---
+
+@pytest.mark.parametrize("name,oracle", [
+    ("attend", "ref.attention.attend:attend"),
+    ("attend_varlen", "ref.attention.attend:attend_varlen"),
+    ("merge_states", "ref.attention.split_kv:merge_states"),
+    ("rope", "ref.attention.rope:apply_rope"),
+    ("mla", "ref.attention.mla:mla_naive"),
+])
+def test_each_emulation_takes_precision_then_its_oracles_arguments(name, oracle):
+    import importlib
+    import inspect
+
+    from ref.attention import emulate
+
+    module, _, attr = oracle.partition(":")
+    want = inspect.signature(getattr(importlib.import_module(module), attr)).parameters
+    got = inspect.signature(getattr(emulate, name)).parameters
+    assert list(got)[0] == "precision"
+    assert [(p.name, p.kind, p.default) for p in list(got.values())[1:]] == \
+        [(p.name, p.kind, p.default) for p in want.values()]
+
+
+def test_each_emulation_at_float64_is_its_oracle():
+    from ref.attention import emulate
+    from ref.attention.mla import mla_naive
+    from ref.attention.rope import apply_rope
+
+    rng = np.random.default_rng(11)
+    q, k, v = rng.standard_normal((1, 3, 4, 8)), rng.standard_normal((1, 5, 2, 8)), rng.standard_normal((1, 5, 2, 6))
+    opts = dict(causal=True, sinks=rng.standard_normal(4), softcap=3.0, sink_in_lse="excluded", lse_base="2")
+    for got, want in ((emulate.attend("float64", q, k, v, **opts), attend(q, k, v, **opts)),
+                      (emulate.attend_varlen("float64", q[0], k[0], v[0], [0, 3], [0, 5], causal=True),
+                       attend_varlen(q[0], k[0], v[0], [0, 3], [0, 5], causal=True)),
+                      (emulate.merge_states("float64", v[0], k[0, :, :, 1], v[0], k[0, :, :, 0], lse_base="2"),
+                       merge_states(v[0], k[0, :, :, 1], v[0], k[0, :, :, 0], lse_base="2"))):
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w, equal_nan=True)
+    pos = np.arange(3)
+    assert np.array_equal(emulate.rope("float64", q[0], pos, style="gptj"), apply_rope(q[0], pos, style="gptj"))
+    mla_in = (rng.standard_normal((1, 2, 2, 4)), rng.standard_normal((1, 2, 2, 2)), rng.standard_normal((1, 3, 8)),
+              rng.standard_normal((1, 3, 2)), rng.standard_normal((2 * 7, 8)))
+    for g, w in zip(emulate.mla("float64", *mla_in, causal=True), mla_naive(*mla_in, causal=True)):
+        assert np.array_equal(g, w)
+
+
+def test_the_emulations_at_low_precision_round_and_stay_near_the_oracle():
+    from ref.attention import emulate
+    from ref.formats.minifloat import round_to
+
+    rng = np.random.default_rng(12)
+    q, k, v = rng.standard_normal((1, 4, 2, 8)), rng.standard_normal((1, 6, 1, 8)), rng.standard_normal((1, 6, 1, 4))
+    exact = attend(q, k, v, causal=True)
+    for precision, tol in (("bfloat16", 2.0**-5), ("float16", 2.0**-8), ("float32", 2.0**-18)):
+        out, lse = emulate.attend(precision, q, k, v, causal=True)
+        assert np.array_equal(out, round_to(out, precision))  # the output is stored at P
+        assert np.array_equal(lse, round_to(lse, "float32"))  # the LSE stays float32
+        assert 0 < np.max(np.abs(out - exact[0])) < tol and np.max(np.abs(lse - exact[1])) < tol
+        o, l = emulate.merge_states(precision, out[0], lse[0].T, out[0], lse[0].T)
+        assert np.array_equal(o, round_to(o, precision)) and np.allclose(l, lse[0].T + math.log(2), atol=tol)
+
+
+def test_the_default_attention_kernels_import_nothing_from_the_oracles():
+    """The bundled default implementation is judged by the oracles, so it must not be
+    built from them."""
+    import ast
+    import pathlib
+
+    import ref.conformance.adapters.numpy_attention as kernels
+
+    tree = ast.parse(pathlib.Path(kernels.__file__).read_text())
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [name for name in imported if name and name.startswith("ref")], imported
+
+
+def test_attend_on_a_long_grouped_decode_equals_its_split_kv_form():
+    """A decode step over 20,000 keys, 16 query heads on 4 KV heads: the grouped
+    einsum of the definition against a split into 7 ranges merged by merge_states."""
+    rng = np.random.default_rng(13)
+    q, k, v = rng.standard_normal((1, 1, 16, 64)), rng.standard_normal((1, 20000, 4, 64)), \
+        rng.standard_normal((1, 20000, 4, 64))
+    o, lse = attend(q, k, v, causal=True, window_left=15000, sink_tokens=4)
+    o2, lse2 = attend_split(q, k, v, splits=7, causal=True, window_left=15000, sink_tokens=4)
+    _close(o2, o, 1e-12)
+    _close(lse2, lse, 1e-12)

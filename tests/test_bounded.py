@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ref.attention.attend import attend
-from ref.attention.emulate import attend_emulated
+from ref.attention.emulate import attend as attend_emulated
 from ref.attention.flash import attend_tiled
 from ref.attention.ops import BOUNDS, grid
 from ref.testing.bounded import FLOOR_UNITS, Bound, compare_bounded, compare_bounded_parts, precision_of, ratio

@@ -12,6 +12,8 @@ from ref.conformance.catalog import discover
 from ref.conformance.runner import run
 from ref.formats import intgroup, layouts
 
+SCHEMES = [s.value for s in intgroup.Scheme]
+
 
 @given(rows=st.integers(0, 400), cols=st.integers(1, 20), seed=st.integers(0, 2**32 - 1))
 def test_blocked_layout_matches_tile_reshapes_and_inverts(rows, cols, seed):
@@ -33,7 +35,7 @@ def test_blocked_layout_example():
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize("scheme", intgroup.SCHEMES)
+@pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("group", intgroup.GROUP_SIZES)
 def test_group_codec_matches_the_loop(bits, scheme, group):
     rng = np.random.default_rng(bits * group)
@@ -66,6 +68,7 @@ def test_word_orders():
 
 
 _W = np.ones((1, 128), np.float32)
+_C, _S, _Z = np.zeros((1, 128), np.uint8), np.ones((1, 1), np.float32), np.zeros((1, 1), np.uint8)
 _C = np.zeros((1, 128), np.uint8)
 _S, _Z = np.ones((1, 1), np.float32), np.zeros((1, 1), np.uint8)
 
@@ -92,6 +95,10 @@ _S, _Z = np.ones((1, 1), np.float32), np.zeros((1, 1), np.uint8)
     (lambda: intgroup.quantize(_W, scheme="minmax"), ValueError, "scheme"),
     (lambda: intgroup.quantize(_W, scheme=None), TypeError, "scheme"),
     (lambda: intgroup.quantize(_W, zero_storage="v1"), ValueError, "zero_storage"),
+    (lambda: intgroup.dequantize(_C, _S, _Z, zero_storage=1), TypeError, "zero_storage"),
+    (lambda: intgroup.pack_int32(np.zeros(8, np.uint8), order="AWQ"), ValueError, "order"),
+    (lambda: intgroup.unpack_int32(np.zeros(1, np.int32), order=None), TypeError, "order"),
+    (lambda: layouts.from_blocked(np.zeros(512, np.uint8), np.array(128.0), 4), TypeError, "rows"),
     (lambda: intgroup.quantize(np.ones((1, 128))), TypeError, "float64"),
     (lambda: intgroup.quantize(np.float32(1), group=1), ValueError, "multiple"),
     (lambda: intgroup.quantize(np.float32([[3e38] * 64 + [-3e38] * 64])), ValueError, "overflows"),
@@ -117,7 +124,7 @@ SUBNORMALS = np.float32([-3e-45, 1e-45, 0.0, 4e-45] * 32)  # scale (hi - lo) / q
 
 
 @pytest.mark.parametrize("bits", intgroup.BITS)
-@pytest.mark.parametrize("scheme", intgroup.SCHEMES)
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_a_degenerate_group_gets_the_scale_floor_and_its_zero_point(bits, scheme):
     w = np.stack([SUBNORMALS, np.full(128, 1e-44, np.float32)])
     codes, scales, zeros = intgroup.quantize(w, bits=bits, group=128, scheme=scheme)
@@ -134,6 +141,19 @@ def test_the_scale_floor_is_float32_epsilon_and_a_group_just_above_it_keeps_its_
     w[0, 0] = np.float32(15 * 2.0**-22)  # scale 2^-22: above the floor, untouched
     _, scale, _ = intgroup.quantize(w, bits=4)
     assert scale[0, 0] == np.float32(2.0**-22)
+
+
+def test_the_catalog_oracles_are_the_module_functions_taking_json_values():
+    ops = discover()
+    assert ops["formats.scales.from_blocked"].oracle is layouts.from_blocked
+    assert ops["formats.int4.pack_int32"].oracle is intgroup.pack_int32
+    quantize = ops["formats.int4_group.quantize"]
+    assert quantize.oracle.func is intgroup.quantize and quantize.oracle.keywords == {"bits": 4}
+    assert quantize.variant_values["group"] == (128, 64, 32) and quantize.defaults["group"] == 128
+    # golden files store the scalar inputs rows and cols as 0-d arrays
+    blocked = layouts.to_blocked(np.arange(6, dtype=np.uint8).reshape(2, 3))
+    assert np.array_equal(layouts.from_blocked(blocked, np.array(2), np.array(3, np.int32)),
+                          np.arange(6, dtype=np.uint8).reshape(2, 3))
 
 
 def test_independent_implementations_pass_the_suite():
@@ -178,9 +198,9 @@ def test_every_group_codec_has_ragged_rank_and_empty_vectors(name):
 @pytest.mark.parametrize("bits", intgroup.BITS)
 def test_degenerate_groups_are_vectors_of_both_schemes(bits):
     specs = [s for s in _specs(f"formats.int{bits}_group.quantize") if "DegenerateGroup" in s.flags]
-    assert {s.case.params["scheme"] for s in specs} == set(intgroup.SCHEMES)
+    assert {s.case.params["scheme"] for s in specs} == set(SCHEMES)
     for s in specs:
-        _, scales, _ = intgroup.quantize(s.case.inputs["w"], bits=bits, group=int(s.case.params.get("group", "128")),
+        _, scales, _ = intgroup.quantize(s.case.inputs["w"], bits=bits, group=s.case.params.get("group", 128),
                                          scheme=s.case.params["scheme"])
         assert (scales == intgroup.SCALE_FLOOR).any()  # each reaches the floor
 

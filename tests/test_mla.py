@@ -310,11 +310,12 @@ def test_deepseek_softmax_scale_refuses_what_it_cannot_read():
 
 def _judge(precision, inputs, params, actual, **emulation):
     """The catalog's verdict on `actual` (`emulation`: options of the yardstick)."""
-    from ref.attention.ops_rope_mla import _mla_emulated
+    from ref.attention import emulate
     from ref.conformance.catalog import discover
 
     op = discover()["attention.mla"]
-    emulated = _mla_emulated(precision, **inputs, **params, **emulation)
+    roundings = emulation.get("roundings", emulate.ROUNDINGS)
+    emulated = emulate.mla_rounded(precision, roundings, **inputs, **params)
     return op.compare(op.oracle(**inputs, **params), actual, emulated, precision)
 
 

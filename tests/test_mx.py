@@ -53,7 +53,7 @@ def test_round_trip_error_is_within_half_an_element_ulp(elem, rule, x):
     blocks = x.reshape(*x.shape[:-1], -1, 32).astype(np.float64)
     exp = scales.astype(np.int64)[..., None] - 127
     emax, mbits = mx.MX_ELEMENTS[elem]
-    top = mx._max_element(elem) * 2.0**exp
+    top = mx.max_element(elem) * 2.0**exp
     clipped = np.clip(blocks, -top, top)
     # the element grid at magnitude |v| (subnormal spacing below the element's min normal)
     if elem == "int8":

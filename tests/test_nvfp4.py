@@ -11,7 +11,9 @@ from corpus.formats_impls import NVFP4_BUGS, nvfp4_bug, nvfp4_composed as compos
 
 from ref.conformance.runner import run
 from ref.formats import decode, nvfp4
-from ref.formats.ops import _nvfp4_oracle, _recipe_ties, _torchao_order_ties
+from ref.conformance.catalog import discover
+from ref.formats.catalog.mx import compare_at_output_precision
+from ref.formats.catalog.nvfp4_ties import recipe_ties, torchao_order_ties
 
 RECIPES = [r.value for r in nvfp4.Recipe]
 ONES = np.ones((1, 16), np.float32)
@@ -42,7 +44,7 @@ def test_matches_the_independent_composition(recipe, tile_2d):
 @pytest.mark.parametrize("a, b", [("transformer_engine", "vllm"), ("transformer_engine", "torchao_0_17"),
                                   ("vllm", "torchao_0_13")])
 def test_recipes_disagree_on_ties_and_each_is_reproduced(a, b):
-    bam = _recipe_ties(a, b, 100.0)
+    bam = recipe_ties(a, b, 100.0)
     assert bam.size >= 8
     x = np.zeros((bam.size + 1, 16), np.float32)
     x[0, 0], x[1:, 0] = 100.0, bam
@@ -81,7 +83,6 @@ def test_edge_cases():
     (lambda: nvfp4.quantize(np.ones((8, 16), np.float32), tile_2d=True), ValueError, "tile_2d"),
     (lambda: nvfp4.quantize(np.ones((1, 16)), recipe="te"), ValueError, "recipe"),
     (lambda: nvfp4.quantize(np.ones((1, 16))), TypeError, "float64"),
-    (lambda: nvfp4.quantize(np.ones((1, 16), np.float32), rounding="toward_zero"), ValueError, "rounding"),
     (lambda: nvfp4.dequantize(np.zeros((1, 16), np.uint8), np.zeros((1, 2), np.uint8), 1.0), ValueError, "scales"),
     (lambda: nvfp4.dequantize(np.uint8(0), np.uint8(0), 1.0), ValueError, "codes"),
     (lambda: nvfp4.dequantize(np.zeros((1, 24), np.uint8), np.zeros((1, 2), np.uint8), 1.0), ValueError,
@@ -100,8 +101,13 @@ def test_edge_cases():
     (lambda: nvfp4.quantize(ONES, global_amax=np.inf), ValueError, "global_amax"),
     (lambda: nvfp4.quantize(ONES, global_amax=0), ValueError, "global_amax"),
     (lambda: nvfp4.quantize(ONES, global_amax=1e-50), ValueError, "global_amax"),  # 0 in float32
-    (lambda: nvfp4.quantize(ONES, rbits=np.zeros((1, 16), np.uint32)), ValueError, "rbits"),
-    (lambda: nvfp4.quantize(ONES, rounding="stochastic"), ValueError, "rbits"),
+    (lambda: nvfp4.quantize(ONES, rbits=np.zeros((1, 16), np.uint32)), TypeError, "rbits"),
+    (lambda: nvfp4.quantize(ONES, rounding="stochastic"), TypeError, "rounding"),
+    (lambda: nvfp4.quantize_stochastic(ONES, np.zeros((1, 16), np.float32)), TypeError, "rbits"),
+    (lambda: nvfp4.quantize_stochastic(ONES, np.zeros((16,), np.uint32)), ValueError, "rbits"),
+    (lambda: nvfp4.quantize_stochastic(ONES, np.zeros((1, 16), np.uint32), tile_2d="true"), TypeError, "tile_2d"),
+    (lambda: nvfp4.tensor_scale(np.float32(1), "te"), ValueError, "recipe"),
+    (lambda: nvfp4.block_scales(np.float32([1]), np.float32(1), "te"), ValueError, "recipe"),
     (lambda: nvfp4.dequantize(CODES, SCALES, 0.0), ValueError, "global_scale"),
     (lambda: nvfp4.dequantize(CODES, SCALES, -2.0), ValueError, "global_scale"),
     (lambda: nvfp4.dequantize(CODES, SCALES, np.float32(np.inf)), ValueError, "global_scale"),
@@ -118,7 +124,7 @@ def test_errors(call, error, word):
 
 
 def test_the_torchao_orders_differ_on_their_vector_rows_and_are_reproduced():
-    rows = _torchao_order_ties(np.float32(100.0), np.random.default_rng(3))
+    rows = torchao_order_ties(np.float32(100.0), np.random.default_rng(3))
     assert rows.shape[0] >= 8
     old, new = (nvfp4.quantize(rows, recipe=r) for r in ("torchao_0_13", "torchao_0_17"))
     assert np.array_equal(old[1], new[1]) and old[2] == new[2]  # same scales and p
@@ -174,35 +180,62 @@ def test_dequantize_orders(recipe):
 
 
 def test_dequantize_is_judged_at_the_output_precision():
-    from ref.formats.ops import _compare_at_output_precision
-
     rng = np.random.default_rng(8)
     codes = rng.integers(0, 16, (4, 32)).astype(np.uint8)
     scales = rng.integers(1, 0x7F, (4, 2)).astype(np.uint8)
     exact = nvfp4.dequantize(codes, scales, np.float32(13.7))
-    assert _compare_at_output_precision(exact, exact).ok
-    assert _compare_at_output_precision(exact, exact.astype(np.float32)).ok  # rounded once
+    assert compare_at_output_precision(exact, exact).ok
+    assert compare_at_output_precision(exact, exact.astype(np.float32)).ok  # rounded once
     twice = nvfp4.dequantize(codes, scales, np.float32(13.7), order="scale_first")
-    assert not _compare_at_output_precision(exact, twice).ok  # rounded twice
-    assert _compare_at_output_precision(exact, exact.astype(np.float16)).ok
+    assert not compare_at_output_precision(exact, twice).ok  # rounded twice
+    assert compare_at_output_precision(exact, exact.astype(np.float16)).ok
     off = exact.astype(np.float32)
     off.flat[5] = np.nextafter(off.flat[5], np.float32(np.inf))
-    assert not _compare_at_output_precision(exact, off).ok
+    assert not compare_at_output_precision(exact, off).ok
 
 
-def test_catalog_variant_strings_map_to_booleans():
+def test_the_catalog_oracles_are_the_module_functions_taking_json_values():
+    ops = discover()
+    assert ops["formats.nvfp4.quantize"].oracle is nvfp4.quantize
+    assert ops["formats.nvfp4.quantize_stochastic"].oracle is nvfp4.quantize_stochastic
+    assert ops["formats.nvfp4.quantize"].variant_values["tile_2d"] == (False, True)
     x = np.random.default_rng(2).standard_normal((16, 32)).astype(np.float32)
-    for text, flag in (("false", False), ("true", True)):
-        ours = _nvfp4_oracle(x, tile_2d=text, rht=text)
-        direct = nvfp4.quantize(x, tile_2d=flag, rht=flag)
-        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(ours, direct))
     for name in ("tile_2d", "rht"):
-        with pytest.raises(ValueError, match=name):
-            _nvfp4_oracle(x, **{name: "False"})
+        with pytest.raises(TypeError, match=name):
+            nvfp4.quantize(x, **{name: "true"})  # the JSON value is a bool, never its string
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_stochastic_matches_the_composition_and_shares_quantize_scales(recipe):
+    rng = np.random.default_rng(11)
+    for x in _inputs(rng):
+        bits = rng.integers(0, 2**32, x.shape, dtype=np.uint64).astype(np.uint32)
+        ours = nvfp4.quantize_stochastic(x, bits, recipe=recipe)
+        theirs = nvfp4_composed.quantize_stochastic(x, bits, recipe=recipe)
+        for a, b in zip(ours, theirs):
+            assert np.array_equal(np.asarray(a), np.asarray(b))
+        rne = nvfp4.quantize(x, recipe=recipe)
+        assert np.array_equal(ours[1], rne[1]) and ours[2] == rne[2]
+
+
+def test_stochastic_reads_only_the_top_byte():
+    x = np.random.default_rng(12).standard_normal((4, 32)).astype(np.float32)
+    top = np.random.default_rng(13).integers(0, 256, x.shape).astype(np.uint32) << 24
+    low = np.random.default_rng(14).integers(0, 1 << 24, x.shape).astype(np.uint32)
+    assert np.array_equal(nvfp4.quantize_stochastic(x, top)[0], nvfp4.quantize_stochastic(x, top | low)[0])
+    ones = nvfp4.quantize_stochastic(x, np.full(x.shape, 0xFFFFFFFF, np.uint32))[0]
+    zeros = nvfp4.quantize_stochastic(x, np.zeros(x.shape, np.uint32))[0]
+    mags = (lambda c: decode(c, "float4_e2m1fn").astype(np.float64))
+    nearest = np.abs(mags(nvfp4.quantize(x)[0]))
+    assert (np.abs(mags(zeros)) <= nearest).all() and (np.abs(mags(ones)) >= nearest).all()
+    assert (np.abs(mags(zeros)) < np.abs(mags(ones))).any()
 
 
 def test_composition_passes_the_suite():
     report = run(composed_impl(), ops=["formats.nvfp4.quantize"], examples=10, shrink=False)
+    assert report.ok and report.ops[0].verdict == "pass", report.details()
+    assert report.ops[0].vectors_run >= 20
+    report = run(composed_impl(), ops=["formats.nvfp4.quantize_stochastic"], examples=10, shrink=False)
     assert report.ok and report.ops[0].verdict == "pass", report.details()
     assert report.ops[0].vectors_run >= 20
     report = run(composed_impl(), ops=["formats.nvfp4.dequantize"], examples=0)

@@ -6,16 +6,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ref.formats import pack_fp4, unpack_fp4
+from ref.formats import NibbleOrder, pack_fp4, unpack_fp4
 
 
 def test_element_zero_goes_to_the_low_nibble():
     assert pack_fp4(np.uint8([0x1, 0xE])).tolist() == [0xE1]
     assert pack_fp4(np.uint8([0x1, 0xE]), order="high_first").tolist() == [0x1E]
+    assert pack_fp4(np.uint8([0x1, 0xE]), order=NibbleOrder.HIGH_FIRST).tolist() == [0x1E]
+    assert [o.value for o in NibbleOrder] == ["low_first", "high_first"]  # the golden files' strings
 
 
 @given(codes=hnp.arrays(np.uint8, hnp.array_shapes(min_dims=1, max_dims=3, max_side=6).map(
-    lambda s: (*s[:-1], 2 * s[-1])), elements=st.integers(0, 15)), order=st.sampled_from(["low_first", "high_first"]))
+    lambda s: (*s[:-1], 2 * s[-1])), elements=st.integers(0, 15)), order=st.sampled_from([*NibbleOrder, "low_first", "high_first"]))
 def test_unpack_inverts_pack(codes, order):
     packed = pack_fp4(codes, order=order)
     assert packed.shape == (*codes.shape[:-1], codes.shape[-1] // 2)

@@ -11,8 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ref.attention.rope import ROPE_STYLES, apply_rope, apply_rope_emulated, rope_frequencies, yarn_mscale
+from ref.attention import emulate
+from ref.attention.rope import RopeStyle, apply_rope, rope_frequencies, yarn_mscale
 from ref.formats import round_to
+
+ROPE_STYLES = [style.value for style in RopeStyle]
 
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
            "original_max_position_embeddings": 8192}
@@ -237,7 +240,7 @@ def test_positions_broadcast_over_batch_and_packed_tokens_are_independent():
 
 def test_empty_and_non_finite_inputs():
     assert apply_rope(np.zeros((0, 2, 8)), np.zeros(0, np.int64)).shape == (0, 2, 8)
-    assert apply_rope_emulated(np.zeros((2, 0, 2, 8), np.float32), np.zeros(0, np.int64), "bfloat16").size == 0
+    assert emulate.rope("bfloat16", np.zeros((2, 0, 2, 8), np.float32), np.zeros(0, np.int64)).size == 0
     x = np.array([[[np.inf, 1.0, np.nan, 2.0, 3.0, 4.0]]])  # neox pairs (0, 3), (1, 4), (2, 5)
     at0 = apply_rope(x, [0])
     assert at0[0, 0, 0] == np.inf and np.isnan(at0[0, 0, 3])  # b' = b cos 0 + inf * sin 0 = NaN
@@ -463,7 +466,7 @@ def test_rotation_matches_torch_rotate_half_and_complex_multiply():
 def test_emulated_is_representable_and_within_a_few_ulps(case, precision):
     x, positions, options = case
     xp = round_to(x.astype(np.float64), precision)  # exact at precision, so only the op's rounding shows
-    emu = apply_rope_emulated(xp, positions, precision, **options)
+    emu = emulate.rope(precision, xp, positions, **options)
     assert np.array_equal(round_to(emu, precision), emu)
     exact = apply_rope(xp, positions, **options)
     mant = {"bfloat16": 7, "float16": 10, "float32": 23}[precision]
@@ -484,8 +487,8 @@ def test_emulated_float64_is_the_oracle_and_bfloat16_rounds():
     x = rng.standard_normal((4, 6, 3, 32)).astype(np.float32)
     pos = rng.integers(0, 4096, (4, 6))
     for options in ({}, {"style": "gptj", "scaling": DEEPSEEK_V3}, {"scaling": GPT_OSS}, {"scaling": LLAMA31}):
-        assert np.array_equal(apply_rope_emulated(x, pos, "float64", **options), apply_rope(x, pos, **options))
-        emu = apply_rope_emulated(x, pos, "bfloat16", **options)
+        assert np.array_equal(emulate.rope("float64", x, pos, **options), apply_rope(x, pos, **options))
+        emu = emulate.rope("bfloat16", x, pos, **options)
         assert not np.array_equal(emu, apply_rope(x, pos, **options))
 
 
@@ -512,7 +515,7 @@ def test_emulated_matches_a_numpy_float32_pipeline_bit_for_bit():
                 want[..., ia] = a * cos[:, None] - b * sin[:, None]
                 want[..., ib] = b * cos[:, None] + a * sin[:, None]
                 pipelines.append(want.astype(np.float64))
-            got = apply_rope_emulated(x, pos, precision, rotary_dim=12, base=150000.0, style=style,
+            got = emulate.rope(precision, x, pos, rotary_dim=12, base=150000.0, style=style,
                                       scaling=scaling)
             exact = apply_rope(x, pos, rotary_dim=12, base=150000.0, style=style, scaling=scaling)
             errors = [np.abs(p - exact).max() for p in pipelines]
@@ -596,7 +599,7 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
      "attention_factor"),
     (lambda: apply_rope(X, P, attention_factor="none", scaling={**YARN, "beta_fast": "32"}), TypeError,
      "beta_fast"),
-    (lambda: apply_rope(X, P, style=None), ValueError, "style"),
+    (lambda: apply_rope(X, P, style=None), TypeError, "style"),
     (lambda: apply_rope(X, P.astype(bool)), TypeError, "positions"),
     (lambda: apply_rope(X, P, rotary_dim="8"), TypeError, "rotary_dim"),
     (lambda: apply_rope(X, P, rotary_dim=True), TypeError, "rotary_dim"),
@@ -608,9 +611,9 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
     (lambda: apply_rope(X, P, scaling={**YARN, "mscale": "1", "mscale_all_dim": 1}), TypeError, "mscale"),
     (lambda: apply_rope(X, P, scaling={**YARN, "mscale": 1, "mscale_all_dim": -1}), ValueError, "mscale_all_dim"),
     (lambda: yarn_mscale(0.0), ValueError, "factor"),
-    (lambda: apply_rope_emulated(X, P, "float8"), ValueError, "precision"),
-    (lambda: apply_rope_emulated(X, P, "bfloat16", rotary_dim=9), ValueError, "rotary_dim"),
-    (lambda: apply_rope_emulated(X, P.astype(np.float32), "bfloat16"), TypeError, "positions"),
+    (lambda: emulate.rope("float8", X, P), ValueError, "precision"),
+    (lambda: emulate.rope("bfloat16", X, P, rotary_dim=9), ValueError, "rotary_dim"),
+    (lambda: emulate.rope("bfloat16", X, P.astype(np.float32)), TypeError, "positions"),
 ])
 def test_bad_input_names_the_argument(call, error, name):
     with pytest.raises(error, match=name):

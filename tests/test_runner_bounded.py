@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ref.attention.emulate import attend_emulated
+from ref.attention.emulate import attend as attend_emulated
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import run
 from ref.formats import round_to

@@ -20,7 +20,8 @@ from scipy import stats
 from ref.conformance.judges.statistical import RERUN_NOTE, run_op
 from ref.conformance.report import Entry, OpReport
 from ref.formats.catalog.stochastic_rng import OPERATIONS, same_code
-from ref.formats.minifloat import encode, get_format
+from ref.formats.minifloat import get_format
+from ref.formats.stochastic import encode_stochastic
 from ref.formats.sr_distribution import SR_FORMATS, sr_distribution, step_probability
 from ref.testing.golden import build_vectors
 from ref.testing.statistical import (StatisticalOp, binomial_pvalue, check_level, classes, fit, multinomial_pvalue,
@@ -62,7 +63,7 @@ def _inputs(f, dtype, rng):
 @pytest.mark.parametrize("fmt", SR_FORMATS)
 def test_distribution_counts_every_random_value_of_the_exact_oracle(fmt):
     """For W random bits, P(away) is the share of the 2^W values of k for which the
-    exact oracle (encode with rbits = k << (32 - W)) steps away; both outcomes are
+    exact oracle (encode_stochastic with rbits = k << (32 - W)) steps away; both outcomes are
     codes the exact oracle gives."""
     f, rng = get_format(fmt), np.random.default_rng(7)
     for dtype in (np.float16, np.float32, np.float64):
@@ -75,7 +76,7 @@ def test_distribution_counts_every_random_value_of_the_exact_oracle(fmt):
                 away = np.zeros(x.shape)
                 for k in range(1 << w):
                     rbits = np.full(x.shape, k << (32 - w), dtype=np.uint32)
-                    got = encode(x, fmt, rounding="stochastic", rbits=rbits, sr_bits=w, overflow=overflow)
+                    got = encode_stochastic(x, fmt, rbits, sr_bits=w, overflow=overflow)
                     down, up = same_code(got, outcomes[..., 0], fmt), same_code(got, outcomes[..., 1], fmt)
                     assert np.all(down | up), (dtype, w, overflow, x[~(down | up)])
                     away += up & ~down
@@ -84,7 +85,7 @@ def test_distribution_counts_every_random_value_of_the_exact_oracle(fmt):
 
 def test_wide_random_bits_and_float64_fractions():
     """At W = 8, 13, 16 the probability is the fraction truncated to W bits, from a
-    float64 input whose fraction has bits far below W (checked against encode at the
+    float64 input whose fraction has bits far below W (checked against encode_stochastic at the
     carry boundary k = 2^W - floor(f 2^W), and one below)."""
     for fmt in ("float8_e4m3fn", "float16", "bfloat16"):
         x = np.float64(1.0) + np.ldexp(np.arange(1, 200, dtype=np.float64) * 0.37 + 0.5, -20)
@@ -94,7 +95,7 @@ def test_wide_random_bits_and_float64_fractions():
             for k, steps in ((1 << w) - count, True), ((1 << w) - count - 1, False):
                 ok = (k >= 0) & (k < (1 << w)) & (count > 0)
                 rbits = (np.clip(k, 0, (1 << w) - 1).astype(np.uint64) << (32 - w)).astype(np.uint32)
-                got = encode(x, fmt, rounding="stochastic", rbits=rbits, sr_bits=w)
+                got = encode_stochastic(x, fmt, rbits, sr_bits=w)
                 want = outcomes[..., 1] if steps else outcomes[..., 0]
                 np.testing.assert_array_equal(got[ok], want[ok])
 

@@ -9,15 +9,20 @@ from hypothesis import strategies as st
 
 from ref.formats import FORMATS, decode, encode
 from ref.testing.strategies import (
+    FLOAT_DTYPES,
     block_shapes,
+    both_signs,
     codes,
     edge_arrays,
     edge_values,
+    element_inputs,
     float_bits_arrays,
     outlier_arrays,
     realistic_arrays,
     representable_values,
     rounding_ties,
+    spread,
+    variant_grid,
 )
 
 NAMES = list(FORMATS)
@@ -102,3 +107,42 @@ def test_realistic_arrays_have_the_drawn_scale(x):
 def test_outlier_arrays_have_an_outlier(x):
     assert np.abs(x).max() >= 1000.0
     assert np.median(np.abs(x)) < 1000.0 or x.size < 8
+
+
+@given(x=element_inputs("float8_e4m3fn"))
+def test_element_inputs_are_encodable_floats(x):
+    assert x.dtype in FLOAT_DTYPES
+    encode(x, "float8_e4m3fn")  # never rejected
+
+
+def test_element_inputs_reach_ties_subnormals_and_specials():
+    ties = set(rounding_ties("float4_e2m1fn").tolist())
+    tie = find(element_inputs("float4_e2m1fn"), lambda x: any(float(v) in ties for v in x.ravel()),
+               settings=settings(phases=[Phase.generate], max_examples=2000))
+    assert tie.size
+    find(element_inputs("float4_e2m1fn"), lambda x: bool(np.isnan(x).any()),
+         settings=settings(phases=[Phase.generate], max_examples=2000))
+
+
+SUPPORTED = {"rounding": ["nearest_even", "toward_zero"], "sr_bits": [32, 8], "tile_2d": [False]}
+
+
+def test_variant_grid_is_the_product_in_order():
+    grid = variant_grid(SUPPORTED)
+    assert len(grid) == 4 and grid[0] == {"rounding": "nearest_even", "sr_bits": 32, "tile_2d": False}
+    assert len({tuple(sorted(g.items())) for g in grid}) == 4
+    assert variant_grid(SUPPORTED, skip={"sr_bits": [8]}) == [g for g in grid if g["sr_bits"] == 32]
+    assert variant_grid({}) == [{}]
+
+
+def test_spread_keeps_both_ends_and_thins_the_middle():
+    v = np.arange(1000.0)
+    s = spread(v, 50)
+    assert s[:16].tolist() == list(range(16)) and s[-16:].tolist() == list(range(984, 1000))
+    assert 50 <= s.size <= 82 and (np.diff(s) > 0).all()
+    assert spread(v[:40], 50).tolist() == v[:40].tolist()
+
+
+def test_both_signs():
+    assert both_signs([0.0, 1.5]).tolist() == [0.0, 1.5, -0.0, -1.5]
+    assert np.signbit(both_signs(0.0)).tolist() == [False, True]

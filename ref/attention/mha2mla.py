@@ -37,18 +37,20 @@ functions here stop before W_o: they return the per-head attention output
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import integer
-from ref.attention.attend import _floats, attend
+from ref.arguments import integer, member
+from ref.attention.attend import attend
+from ref.attention.checks import floats
 from ref.attention.rope import apply_rope
 
 __all__ = [
-    "SELECTIONS",
-    "SVD_METHODS",
+    "Selection",
+    "SvdMethod",
     "ConvertedLayer",
     "convert",
     "converted_attention",
@@ -59,8 +61,20 @@ __all__ = [
     "select_rope_pairs",
 ]
 
-SELECTIONS = ("2norm", "high", "low", "uniform")
-SVD_METHODS = ("weights", "whitened")
+class Selection(Enum):
+    """Which RoPE frequency pairs each KV head keeps (see `select_rope_pairs`)."""
+
+    NORM2 = "2norm"
+    HIGH = "high"
+    LOW = "low"
+    UNIFORM = "uniform"
+
+
+class SvdMethod(Enum):
+    """How `joint_svd` factors the stacked weights: alone, or whitened by activations."""
+
+    WEIGHTS = "weights"
+    WHITENED = "whitened"
 
 
 class ConvertedLayer(NamedTuple):
@@ -83,7 +97,7 @@ class ConvertedLayer(NamedTuple):
 
 def _weights(w_q, w_k, w_v, n_heads):
     """The three projections as float64, and (H, Hkv, d, hidden)."""
-    w_q, w_k, w_v = _floats(w_q, "w_q", 2), _floats(w_k, "w_k", 2), _floats(w_v, "w_v", 2)
+    w_q, w_k, w_v = floats(w_q, "w_q", 2), floats(w_k, "w_k", 2), floats(w_v, "w_v", 2)
     h = integer(n_heads, "n_heads", minimum=1)
     if w_q.shape[0] % h or (w_q.shape[0] // h) % 2 or w_q.shape[0] == 0:
         raise ValueError(f"w_q: expected [H * d, hidden] with H = {h} and an even d >= 2, got shape {w_q.shape}")
@@ -111,7 +125,7 @@ def pair_scores(calibration: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, *, n_hea
     g of mean_t |q_{t,h,f}| * mean_t |k_{t,g,f}|.
     """
     w_q, w_k, _, (h, hkv, d, hidden) = _weights(w_q, w_k, w_k, n_heads)
-    x = _floats(calibration, "calibration", 2)
+    x = floats(calibration, "calibration", 2)
     if x.shape[1] != hidden or x.shape[0] == 0:
         raise ValueError(f"calibration: expected [N >= 1, hidden = {hidden}], got shape {x.shape}")
     q_norm = _pair_norms((x @ w_q.T).reshape(-1, h, d)).mean(axis=0)  # [H, d/2]
@@ -119,7 +133,7 @@ def pair_scores(calibration: ArrayLike, w_q: ArrayLike, w_k: ArrayLike, *, n_hea
     return q_norm.reshape(hkv, h // hkv, d // 2).sum(axis=1) * k_norm
 
 
-def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, selection: str = "2norm",
+def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, selection: Selection | str = "2norm",
                       scores: ArrayLike | None = None, uniform_start: int = 0) -> NDArray[np.bool_]:
     """keep [Hkv, d/2]: True for the p = rope_pairs pairs of each KV head that keep RoPE.
 
@@ -135,14 +149,13 @@ def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, select
         raise ValueError(f"head_dim: expected an even head dim, got {d}")
     half, hkv = d // 2, integer(n_kv_heads, "n_kv_heads", minimum=1)
     p = integer(rope_pairs, "rope_pairs", minimum=0, maximum=half)
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection: expected one of {SELECTIONS}, got {selection!r}")
+    selection = member(selection, Selection, "selection")
     f = np.arange(half)
-    if selection == "high":
+    if selection is Selection.HIGH:
         row = f < p
-    elif selection == "low":
+    elif selection is Selection.LOW:
         row = f >= half - p
-    elif selection == "uniform":
+    elif selection is Selection.UNIFORM:
         if p and half % p:
             raise ValueError(f"rope_pairs: 'uniform' needs it to divide d/2 = {half}, got {p}")
         step = half // p if p else half
@@ -151,7 +164,7 @@ def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, select
     else:
         if scores is None:
             raise ValueError("scores: selection '2norm' needs the pair scores [Hkv, d/2] (see pair_scores)")
-        s = _floats(scores, "scores", 2)
+        s = floats(scores, "scores", 2)
         if s.shape != (hkv, half):
             raise ValueError(f"scores: expected [Hkv, d/2] = {(hkv, half)}, got {s.shape}")
         if not np.isfinite(s).all():
@@ -163,7 +176,7 @@ def select_rope_pairs(rope_pairs: int, *, head_dim: int, n_kv_heads: int, select
     return np.broadcast_to(row, (hkv, half)).copy()
 
 
-def joint_svd(w_k_nope: ArrayLike, w_v: ArrayLike, rank: int, *, svd: str = "weights",
+def joint_svd(w_k_nope: ArrayLike, w_v: ArrayLike, rank: int, *, svd: SvdMethod | str = "weights",
               calibration: ArrayLike | None = None) -> tuple[NDArray, NDArray, NDArray]:
     """SVD_joint: [W_k_nope; W_v] ~ [W_uk; W_uv] W_dkv at rank r.
 
@@ -173,21 +186,19 @@ def joint_svd(w_k_nope: ArrayLike, w_v: ArrayLike, rank: int, *, svd: str = "wei
     calibration [N, hidden] with X^T X positive definite, X^T X = L L^T; the same on
     W L, then W_dkv = V_r^T L^-1.
     """
-    w_k_nope, w_v = _floats(w_k_nope, "w_k_nope", 2), _floats(w_v, "w_v", 2)
+    w_k_nope, w_v = floats(w_k_nope, "w_k_nope", 2), floats(w_v, "w_v", 2)
     if w_k_nope.shape[1] != w_v.shape[1]:
         raise ValueError(f"w_k_nope: expected [Rk, hidden] with hidden = {w_v.shape[1]} like w_v, "
                          f"got shape {w_k_nope.shape}")
     w = np.concatenate([w_k_nope, w_v])  # [Rk + Rv, hidden]
     r = integer(rank, "rank", minimum=1, maximum=min(w.shape))
-    if svd not in SVD_METHODS:
-        raise ValueError(f"svd: expected one of {SVD_METHODS}, got {svd!r}")
-    if svd == "weights":
+    if member(svd, SvdMethod, "svd") is SvdMethod.WEIGHTS:
         u, s, vt = np.linalg.svd(w, full_matrices=False)
         w_dkv = vt[:r]
     else:
         if calibration is None:
             raise ValueError("calibration: svd 'whitened' needs calibration tokens [N, hidden]")
-        x = _floats(calibration, "calibration", 2)
+        x = floats(calibration, "calibration", 2)
         if x.shape[1] != w.shape[1]:
             raise ValueError(f"calibration: expected [N, hidden = {w.shape[1]}], got shape {x.shape}")
         try:
@@ -222,7 +233,7 @@ def _keep(keep, hkv: int, d: int) -> NDArray[np.bool_]:
 
 
 def convert(w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike, keep: ArrayLike, rank: int, *, n_heads: int,
-            svd: str = "weights", calibration: ArrayLike | None = None) -> ConvertedLayer:
+            svd: SvdMethod | str = "weights", calibration: ArrayLike | None = None) -> ConvertedLayer:
     """The MLA-style layer of an MHA/GQA layer: partial RoPE on `keep`, SVD_joint at `rank`.
 
     w_q [H*d, hidden], w_k and w_v [Hkv*d, hidden]; keep [Hkv, d/2] from
@@ -242,7 +253,7 @@ def convert(w_q: ArrayLike, w_k: ArrayLike, w_v: ArrayLike, keep: ArrayLike, ran
 
 
 def _hidden(x, hidden: int) -> NDArray[np.float64]:
-    x = _floats(x, "x", 3)
+    x = floats(x, "x", 3)
     if x.shape[2] != hidden:
         raise ValueError(f"x: expected [B, L, hidden = {hidden}], got shape {x.shape}")
     return x

@@ -38,8 +38,10 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.attention.attend import _floats, attend
-from ref.attention.rope import ROPE_STYLES, apply_rope, yarn_mscale
+from ref.arguments import member
+from ref.attention.attend import attend
+from ref.attention.checks import floats
+from ref.attention.rope import AttentionFactor, RopeStyle, apply_rope, yarn_mscale
 
 __all__ = [
     "absorb_query",
@@ -103,7 +105,7 @@ def deepseek_softmax_scale(qk_head_dim: int, rope_scaling: Mapping | None = None
 
 def split_kv_b(w_kv_b: ArrayLike, n_heads: int, qk_nope_head_dim: int) -> tuple[NDArray, NDArray]:
     """w_kv_b [H * (dn + dv), r] -> W^UK [H, dn, r], W^UV [H, dv, r] (DeepSeek's row layout)."""
-    w = _floats(w_kv_b, "w_kv_b", 2)
+    w = floats(w_kv_b, "w_kv_b", 2)
     h, dn = _positive_int(n_heads, "n_heads"), _positive_int(qk_nope_head_dim, "qk_nope_head_dim")
     rows = w.shape[0]
     if rows % h or rows // h <= dn:
@@ -114,16 +116,15 @@ def split_kv_b(w_kv_b: ArrayLike, n_heads: int, qk_nope_head_dim: int) -> tuple[
 
 
 def _rotate(x, positions, style, base, scaling):
-    if style not in ROPE_STYLES:
-        raise ValueError(f"rope_style: expected one of {ROPE_STYLES}, got {style!r}")
+    style = member(style, RopeStyle, "rope_style")
     _rope_type(scaling)  # a type error here names rope_scaling
-    return apply_rope(x, positions, base=base, style=style, scaling=scaling, attention_factor="none")
+    return apply_rope(x, positions, base=base, style=style, scaling=scaling, attention_factor=AttentionFactor.NONE)
 
 
 def _check(q_nope, q_pe, c_kv, k_pe, w_kv_b):
     """Shapes of an MLA call; returns float64 arrays and (W^UK, W^UV)."""
-    q_nope, q_pe = _floats(q_nope, "q_nope", 4), _floats(q_pe, "q_pe", 4)
-    c_kv, k_pe = _floats(c_kv, "c_kv", 3), _floats(k_pe, "k_pe", 3)
+    q_nope, q_pe = floats(q_nope, "q_nope", 4), floats(q_pe, "q_pe", 4)
+    c_kv, k_pe = floats(c_kv, "c_kv", 3), floats(k_pe, "k_pe", 3)
     b, lq, h, dn = q_nope.shape
     if q_pe.shape[:3] != (b, lq, h):
         raise ValueError(f"q_pe: expected [B, Lq, H, dr] with B, Lq, H of q_nope {q_nope.shape}, got {q_pe.shape}")
@@ -152,7 +153,7 @@ def _positions(lq: int, lk: int):
 def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
               causal: bool = False, scale: float | None = None,
               rope_base: float | None = None, rope_scaling: Mapping | None = None,
-              rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+              rope_style: RopeStyle | str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with keys and values decompressed per head (DeepSeek's `attn_impl="naive"`).
 
     q_nope [B, Lq, H, dn], q_pe [B, Lq, H, dr] (before RoPE), c_kv [B, Lk, r] (the
@@ -177,7 +178,7 @@ def mla_naive(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLi
 def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: ArrayLike, w_kv_b: ArrayLike, *,
                  causal: bool = False, scale: float | None = None,
                  rope_base: float | None = None, rope_scaling: Mapping | None = None,
-                 rope_style: str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+                 rope_style: RopeStyle | str = "gptj") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """MLA with W^UK folded into the query and W^UV applied after attention
     (DeepSeek's `attn_impl="absorb"`): multi-query attention over the latent.
 
@@ -198,13 +199,13 @@ def mla_absorbed(q_nope: ArrayLike, q_pe: ArrayLike, c_kv: ArrayLike, k_pe: Arra
 
 def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, positions: ArrayLike, *,
                  rope_base: float | None = None, rope_scaling: Mapping | None = None,
-                 rope_style: str = "gptj") -> NDArray[np.float64]:
+                 rope_style: RopeStyle | str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's query: [(W^UK_h)^T q^C ; R_p q^R] -> [B, Lq, H, r + dr] (576 for DeepSeek).
 
     q_nope [B, Lq, H, dn], q_pe [B, Lq, H, dr] (before RoPE), w_kv_b [H * (dn + dv), r],
     positions: integers broadcastable to [B, Lq].
     """
-    q_nope, q_pe = _floats(q_nope, "q_nope", 4), _floats(q_pe, "q_pe", 4)
+    q_nope, q_pe = floats(q_nope, "q_nope", 4), floats(q_pe, "q_pe", 4)
     if q_pe.shape[:3] != q_nope.shape[:3]:
         raise ValueError(f"q_pe: expected [B, Lq, H, dr] with B, Lq, H of q_nope {q_nope.shape}, got {q_pe.shape}")
     w_uk, _ = split_kv_b(w_kv_b, q_nope.shape[2], q_nope.shape[3])
@@ -213,12 +214,12 @@ def absorb_query(q_nope: ArrayLike, q_pe: ArrayLike, w_kv_b: ArrayLike, position
 
 
 def latent_cache(c_kv: ArrayLike, k_pe: ArrayLike, positions: ArrayLike, *, rope_base: float | None = None,
-                 rope_scaling: Mapping | None = None, rope_style: str = "gptj") -> NDArray[np.float64]:
+                 rope_scaling: Mapping | None = None, rope_style: RopeStyle | str = "gptj") -> NDArray[np.float64]:
     """FlashMLA's cache entries [c ; R_p k^R] -> [B, Lk, 1, r + dr] (one KV head).
 
     c_kv [B, Lk, r], k_pe [B, Lk, dr] (before RoPE), positions broadcastable to [B, Lk].
     """
-    c_kv, k_pe = _floats(c_kv, "c_kv", 3), _floats(k_pe, "k_pe", 3)
+    c_kv, k_pe = floats(c_kv, "c_kv", 3), floats(k_pe, "k_pe", 3)
     if k_pe.shape[:2] != c_kv.shape[:2]:
         raise ValueError(f"k_pe: expected [B, Lk, dr] with B, Lk of c_kv {c_kv.shape}, got {k_pe.shape}")
     k_rot = _rotate(k_pe[:, :, None, :], positions, rope_style, rope_base, rope_scaling)
@@ -233,7 +234,7 @@ def flashmla_attend(q: ArrayLike, kv: ArrayLike, *, dv: int = 512, scale: float 
     FlashMLA's D^-1/2 (DeepSeek passes `deepseek_softmax_scale(192, ...)` instead).
     Returns o [B, Lq, H, dv] (still latent: see `unabsorb_output`) and lse [B, H, Lq].
     """
-    kv = _floats(kv, "kv", 4)
+    kv = floats(kv, "kv", 4)
     dv = _positive_int(dv, "dv")
     if dv > kv.shape[3]:
         raise ValueError(f"dv: expected at most the cache entry width {kv.shape[3]} of kv {kv.shape}, got {dv}")
@@ -242,7 +243,7 @@ def flashmla_attend(q: ArrayLike, kv: ArrayLike, *, dv: int = 512, scale: float 
 
 def unabsorb_output(o_latent: ArrayLike, w_kv_b: ArrayLike, *, v_head_dim: int) -> NDArray[np.float64]:
     """o_{i,h} = W^UV_h o^L_{i,h}: o_latent [B, Lq, H, r] -> [B, Lq, H, dv]."""
-    o_latent = _floats(o_latent, "o_latent", 4)
+    o_latent = floats(o_latent, "o_latent", 4)
     h, r = o_latent.shape[2], o_latent.shape[3]
     w = np.asarray(w_kv_b)
     dv = _positive_int(v_head_dim, "v_head_dim")

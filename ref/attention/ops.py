@@ -23,7 +23,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.attention import attend as _attend
-from ref.attention import emulate, flash, rope
+from ref.attention import emulate, rope, split_kv
 from ref.attention.attend import visible_keys
 from ref.attention.ops_common import BOUNDS, LSE_BOUND, OUT_BOUND, _compare, _format, _qkv, grid
 from ref.attention.ops_rope_mla import (
@@ -116,7 +116,7 @@ FLAGS = {
 # The LSE's base (FlashInfer: 2) and FlashAttention-2's +inf for an empty row are
 # options of the oracles, not catalog axes: an adapter converts (lse_from_base2).
 VARIANTS = (
-    Variant("sink_in_lse", _attend.SINK_IN_LSE, "included",
+    Variant("sink_in_lse", tuple(m.value for m in _attend.SinkInLse), "included",
             "whether the learnable sink's term is part of the returned LSE"),
 )
 
@@ -202,14 +202,14 @@ def _attend_vectors() -> list[VectorSpec]:
     nan["q"][0, 2, 1, 3] = np.nan
     add("NaN in one query row of head 1: that row is NaN; head 0, which shares its KV head, is not", ["NaN"],
         nan, causal=True)
-    for choice in _attend.SINK_IN_LSE:
+    for choice in tuple(m.value for m in _attend.SinkInLse):
         add(f"sink_in_lse={choice}: a sink near the keys' mass, rows emptied by the mask",
             ["SinkInLse", "LearnableSink", "EmptyRow"],
             {**_qkv(rng, 1, 5, 3, 2, 2, 8), "sinks": np.array([1.5, 0.25], np.float32)}, causal=True,
             sink_in_lse=choice)
     add("one key per row and D = 1", ["EmptyInput"], _qkv(rng, 3, 1, 1, 1, 1, 1))
     large_sinks = {**_qkv(rng, 1, 3, 5, 2, 1, 8, std=0.5), "sinks": np.array([30, 100], np.float32)}
-    for choice in _attend.SINK_IN_LSE:
+    for choice in tuple(m.value for m in _attend.SinkInLse):
         add(f"sink logits 30 and 100 over logits near 0, sink_in_lse={choice}: the LSE is the sink (30, 100) "
             "or log of the key terms (about 1.6); exp(100) overflows float32 unless shifted by the sink",
             ["LearnableSink", "SinkInLse", "LargeLogits"], large_sinks, sink_in_lse=choice)
@@ -413,19 +413,6 @@ def _varlen_oracle(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, **options):
     return _attend.attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)
 
 
-def _varlen_emulated(precision, q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, **options):
-    """The emulation per sequence, packed like the oracle's output."""
-    out, lse = _varlen_oracle(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)  # checks, shapes
-    cq, ck = np.asarray(cu_seqlens_q, np.int64), np.asarray(cu_seqlens_k, np.int64)
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    for s in range(cq.size - 1):
-        rows, keys = slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])
-        o, l = emulate.attend_emulated(precision, q[None, rows], k[None, keys], v[None, keys], sinks=sinks,
-                                       **options)
-        out[rows], lse[:, rows] = o[0], l[0]
-    return out, lse
-
-
 # ---------------------------------------------------------------------------- merge
 
 def _merge_vectors() -> list[VectorSpec]:
@@ -467,27 +454,6 @@ def _merge_vectors() -> list[VectorSpec]:
     return v
 
 
-def _merge_emulated(precision, o_a, lse_a, o_b, lse_b):
-    """A kernel at `precision`: partial outputs in it, LSEs and arithmetic in float32."""
-    flash.merge_states(o_a, lse_a, o_b, lse_b)  # the checks
-    if precision == "float64":
-        return flash.merge_states(o_a, lse_a, o_b, lse_b)
-    f32 = np.float32
-    oa, ob = (round_to(x, precision).astype(f32) for x in (o_a, o_b))
-    la, lb = (np.asarray(x, np.float64).astype(f32) for x in (lse_a, lse_b))
-    with np.errstate(invalid="ignore", over="ignore"):
-        m = np.maximum(la, lb)
-        shift = np.where(m == -np.inf, f32(0), m)
-        wa, wb = np.exp(la - shift), np.exp(lb - shift)
-        tot = wa + wb
-        safe = np.where(tot > 0, tot, f32(1))
-        o = np.where(tot[..., None] > 0, (wa[..., None] * oa + wb[..., None] * ob) / safe[..., None], f32(0))
-        o = np.where(np.isnan(tot)[..., None], np.nan, o)
-        lse = np.where(tot > 0, shift + np.log(safe), -np.inf)
-        lse = np.where(np.isnan(tot), np.nan, lse).astype(f32)
-    return round_to(o, precision), lse.astype(np.float64)
-
-
 @st.composite
 def _merge_case(draw, supported):
     params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
@@ -513,19 +479,19 @@ def _ops() -> list[Op]:
            summary="scaled dot-product attention (GQA, masks, sinks, softcap) -> (out, lse)",
            spec=f"{_SPEC}#attend", variants=VARIANTS, vectors=_attend_vectors,
            examples=lambda supported: _attend_case(supported), compare=_compare(("out", "lse")),
-           array_format=_format, outputs=("out", "lse"), emulate=emulate.attend_emulated,
+           array_format=_format, outputs=("out", "lse"), emulate=emulate.attend,
            case_flags=attend_case_flags),
         Op(name="attention.attend_varlen", kind=Kind.BOUNDED, oracle=_varlen_oracle,
            summary="attention over a packed batch of variable-length sequences -> (out, lse)",
            spec=f"{_SPEC}#attend_varlen", variants=VARIANTS, vectors=_varlen_vectors,
            examples=lambda supported: _attend_case(supported, varlen=True), compare=_compare(("out", "lse")),
-           array_format=_format, outputs=("out", "lse"), emulate=_varlen_emulated,
+           array_format=_format, outputs=("out", "lse"), emulate=emulate.attend_varlen,
            case_flags=attend_case_flags),
-        Op(name="attention.merge_states", kind=Kind.BOUNDED, oracle=flash.merge_states,
+        Op(name="attention.merge_states", kind=Kind.BOUNDED, oracle=split_kv.merge_states,
            summary="merge two split-KV partials (o, lse) -> (o, lse)",
            spec=f"{_SPEC}#merge_states", variants=(), vectors=_merge_vectors,
            examples=_merge_case, compare=_compare(("o", "lse")), array_format=_format,
-           outputs=("o", "lse"), emulate=_merge_emulated),
+           outputs=("o", "lse"), emulate=emulate.merge_states),
         Op(name="attention.rope", kind=Kind.BOUNDED, oracle=rope.apply_rope,
            summary="rotary position embedding (neox/gptj, partial, llama3/yarn scaling) -> x rotated",
            spec=f"{_SPEC}#rope", variants=ROPE_VARIANTS, vectors=_rope_vectors, examples=_rope_case,

@@ -18,10 +18,10 @@ from ref.testing.operations import Variant, seed_for
 # pow implementations differ by up to 2 ulps (torch) from a correctly rounded frequency.
 ROPE_BOUND = Bound(k=4.0, floor=2.0, scale="relative")
 ROPE_VARIANTS = (
-    Variant("style", rope.ROPE_STYLES, "neox", "which dims pair up: rotate-half (neox) or interleaved (gptj)"),
-    Variant("attention_factor", rope.ATTENTION_FACTORS, "cos_sin",
+    Variant("style", tuple(m.value for m in rope.RopeStyle), "neox", "which dims pair up: rotate-half (neox) or interleaved (gptj)"),
+    Variant("attention_factor", tuple(m.value for m in rope.AttentionFactor), "cos_sin",
             "where YaRN's attention factor goes: into cos and sin, or left to the softmax scale"),
-    Variant("mscale_keys", rope.MSCALE_KEYS, "transformers",
+    Variant("mscale_keys", tuple(m.value for m in rope.MscaleKeys), "transformers",
             "which keys YaRN's attention factor is read from: transformers (attention_factor, else the "
             "mscale ratio when both are given, else 0.1 ln s + 1) or vLLM's DeepSeek rotary embedding "
             "(mscale / mscale_all_dim, defaults 1 and 0)"),
@@ -47,7 +47,7 @@ def _rope_vectors() -> list[VectorSpec]:
         v.append(VectorSpec(comment, tuple(flags), Case({"x": x, "positions": np.asarray(positions, np.int64)},
                                                         params), result))
 
-    for style in rope.ROPE_STYLES:
+    for style in tuple(m.value for m in rope.RopeStyle):
         add(f"{style} pairing, positions 0..5", ["RopePairing"], grid(rng, (2, 6, 2, 8)), np.arange(6), style=style)
         add(f"{style} partial rotary: 8 of 16 dims rotate, the rest pass through", ["RopePairing", "RopeFrequencies"],
             grid(rng, (1, 5, 2, 16)), np.arange(5) + 3, rotary_dim=8, style=style)
@@ -90,7 +90,7 @@ def _rope_vectors() -> list[VectorSpec]:
                        ({"mscale_all_dim": 0.707}, "mscale_all_dim alone (0.707)"),
                        ({"attention_factor": 1.25}, "attention_factor alone (1.25)"),
                        ({"mscale": 0.707, "mscale_all_dim": 1.0, "attention_factor": 1.25}, "all three")):
-        for reader in rope.MSCALE_KEYS:
+        for reader in tuple(m.value for m in rope.MscaleKeys):
             add(f"YaRN factor 40, {what}, attention factor in cos and sin as {reader} reads the keys",
                 ["RopeScaling", "MscaleKeys"], grid(rng, (3, 1, 16)), [0, 7, 50000], mscale_keys=reader,
                 attention_factor="cos_sin", scaling={**deepseek, **keys})
@@ -146,13 +146,12 @@ def _rope_compare(expected, actual, emulated, precision):
     return compare_bounded(expected, emulated, actual, precision=precision, bound=ROPE_BOUND)
 
 
-def _rope_emulated(precision, x, positions, **options):
-    return rope.apply_rope_emulated(x, positions, precision, **options)
+_rope_emulated = emulate.rope
 
 
 # ---------------------------------------------------------------------------- mla
 
-MLA_VARIANTS = (Variant("rope_style", rope.ROPE_STYLES, "gptj",
+MLA_VARIANTS = (Variant("rope_style", tuple(m.value for m in rope.RopeStyle), "gptj",
                         "the rope part's pairing: interleaved (DeepSeek's reference code) or rotate-half"),)
 
 
@@ -213,53 +212,7 @@ def _mla_case(draw, supported):
                             draw(st.sampled_from([1.0, 3.0]), label="std")), params)
 
 
-def _mla_emulated(precision, q_nope, q_pe, c_kv, k_pe, w_kv_b, *, causal=False, scale=None, rope_base=None,
-                  rope_scaling=None, rope_style="gptj", roundings=emulate.ROUNDINGS):
-    """The worst of MLA's standard evaluations at `precision` (per output): the naive
-    form (K and V up-projected and stored at `precision`) and the absorbed form (the
-    latent query and the latent output stored at `precision`), each with every stored
-    tensor rounded to nearest, up and down (`emulate.ROUNDINGS`): a single
-    round-to-nearest evaluation of a few outputs can land on the oracle by luck
-    (spec/attention.md#tolerance). Products accumulate in float32; RoPE and
-    attention as their own emulations. `roundings` narrows the set (tests show what
-    round-to-nearest alone would judge)."""
-    exact = mla.mla_naive(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=causal, scale=scale, rope_base=rope_base,
-                          rope_scaling=rope_scaling, rope_style=rope_style)
-    if precision == "float64":
-        return exact
-    lq, lk = q_nope.shape[1], c_kv.shape[1]
-    rope_opts = dict(base=rope_base, style=rope_style, scaling=rope_scaling, attention_factor="none")
-    q_rot = rope.apply_rope_emulated(q_pe, np.arange(lq) + (lk - lq), precision, **rope_opts)
-    k_rot = rope.apply_rope_emulated(k_pe[:, :, None], np.arange(lk), precision, **rope_opts)
-    if scale is None:
-        scale = mla.deepseek_softmax_scale(q_nope.shape[3] + q_pe.shape[3], rope_scaling)
-    forms = [form for rounding in roundings
-             for form in _mla_forms(precision, rounding, q_nope, q_rot, c_kv, k_rot, w_kv_b, scale=scale,
-                                    causal=causal)]
-    return emulate.worse(exact, *forms)
-
-
-def _mla_forms(precision, rounding, q_nope, q_rot, c_kv, k_rot, w_kv_b, *, scale, causal):
-    """The naive and absorbed forms at `precision` under one rounding, from the
-    rotated RoPE parts (q_rot [B, Lq, H, dr], k_rot [B, Lk, 1, dr])."""
-    rnd = emulate.rounder(precision, rounding)
-    qn, ckv, w = rnd(q_nope), rnd(c_kv), rnd(w_kv_b)
-    b, lq, h, dn = qn.shape
-    lk, dr = ckv.shape[1], q_rot.shape[3]
-    f32 = np.float32
-    w_uk, w_uv = (x.astype(f32) for x in mla.split_kv_b(w, h, dn))
-    c32 = ckv.astype(f32)
-    k_nope = rnd(np.einsum("blr,hdr->blhd", c32, w_uk))
-    v = rnd(np.einsum("blr,hvr->blhv", c32, w_uv))
-    k = np.concatenate([k_nope, np.broadcast_to(k_rot, (b, lk, h, dr))], axis=-1)
-    naive = emulate.attend_emulated(precision, np.concatenate([qn, q_rot], -1), k, v, rounding=rounding,
-                                    scale=scale, causal=causal)
-    q_lat = rnd(np.einsum("bqhd,hdr->bqhr", qn.astype(f32), w_uk))
-    kv = np.concatenate([ckv[:, :, None], k_rot], axis=-1)
-    o_lat, lse = emulate.attend_emulated(precision, np.concatenate([q_lat, q_rot], -1), kv, ckv[:, :, None],
-                                         rounding=rounding, scale=scale, causal=causal)
-    absorbed = (rnd(np.einsum("bqhr,hvr->bqhv", o_lat.astype(f32), w_uv)), lse)
-    return naive, absorbed
+_mla_emulated = emulate.mla
 
 
 def _mla_oracle(q_nope, q_pe, c_kv, k_pe, w_kv_b, **options):

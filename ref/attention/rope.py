@@ -12,7 +12,7 @@ turns by the angle m * inv_freq[i]:
 
 so <rope(q, m), rope(k, n)> depends on q, k and n - m only.
 
-Which dims form pair i is the `style` (strings, as everywhere in the catalog):
+Which dims form pair i is the `style` (`RopeStyle`, or its string value):
     "neox"  (a_i, b_i) = (x[i], x[i + r/2]), "rotate half": GPT-NeoX, Llama and
             Qwen in Hugging Face transformers, gpt-oss, vLLM's is_neox_style=True
     "gptj"  (a_i, b_i) = (x[2i], x[2i + 1]), interleaved: GPT-J, Meta's Llama
@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from enum import Enum
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import real
+from ref.arguments import member, real
+from ref.attention.checks import floats
 from ref.attention.rope_config import (
     ROPE_TYPES,
     checked_rotary_dim,
@@ -45,24 +47,40 @@ from ref.attention.rope_config import (
     resolve_base,
     resolve_rotary_dim,
 )
-from ref.formats.minifloat import PRECISIONS, round_to
 
 __all__ = [
-    "ATTENTION_FACTORS",
-    "MSCALE_KEYS",
-    "ROPE_STYLES",
     "ROPE_TYPES",
+    "AttentionFactor",
+    "MscaleKeys",
+    "RopeStyle",
     "apply_rope",
-    "apply_rope_emulated",
+    "pair_dims",
+    "prepare",
     "rope_frequencies",
     "yarn_mscale",
 ]
 
-ROPE_STYLES = ("neox", "gptj")
-ATTENTION_FACTORS = ("cos_sin", "none")
-# Which keys YaRN's attention factor is read from (see `rope_frequencies`).
-MSCALE_KEYS = ("transformers", "vllm_deepseek")
-_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+class RopeStyle(Enum):
+    """Which dims form a rotated pair: rotate-half (neox) or interleaved (gptj)."""
+
+    NEOX = "neox"
+    GPTJ = "gptj"
+
+
+class AttentionFactor(Enum):
+    """Where YaRN's attention factor goes: into cos and sin, or left to the caller."""
+
+    COS_SIN = "cos_sin"
+    NONE = "none"
+
+
+class MscaleKeys(Enum):
+    """Which keys YaRN's attention factor is read from (see `rope_frequencies`)."""
+
+    TRANSFORMERS = "transformers"
+    VLLM_DEEPSEEK = "vllm_deepseek"
+
 
 def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature sqrt(1/t) = 0.1 * mscale * ln(factor) + 1 (1 for factor <= 1).
@@ -118,9 +136,9 @@ def _yarn(inv_freq, r, base, cfg):
     return inv_freq / work(factor) * (1 - extrapolation) + inv_freq * extrapolation
 
 
-def _yarn_attention_factor(cfg, mscale_keys: str) -> float:
+def _yarn_attention_factor(cfg, mscale_keys: MscaleKeys) -> float:
     factor = real(cfg["factor"], "factor")
-    if mscale_keys == "vllm_deepseek":  # vLLM's DeepseekScalingRotaryEmbedding: defaults 1 and 0, no attention_factor
+    if mscale_keys is MscaleKeys.VLLM_DEEPSEEK:  # vLLM's DeepseekScalingRotaryEmbedding: defaults 1 and 0, no attention_factor
         mscale = real(cfg.get("mscale", 1.0), "mscale", positive=False)
         mscale_all_dim = real(cfg.get("mscale_all_dim", 0.0), "mscale_all_dim", positive=False)
         return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
@@ -144,7 +162,7 @@ def _power(base: np.floating, exponents: NDArray) -> NDArray:
 
 def rope_frequencies(
     rotary_dim: int, *, base: float | None = None, scaling: Mapping | None = None, dtype: str = "float64",
-    mscale_keys: str = "transformers",
+    mscale_keys: MscaleKeys | str = "transformers",
 ) -> tuple[NDArray[np.float64], float]:
     """inv_freq [rotary_dim // 2] and the attention factor (1.0 unless YaRN).
 
@@ -184,8 +202,7 @@ def rope_frequencies(
     r = checked_rotary_dim(rotary_dim)
     base = resolve_base(base, scaling)
     kind, cfg = read_scaling(scaling)
-    if mscale_keys not in MSCALE_KEYS:
-        raise ValueError(f"mscale_keys: expected one of {MSCALE_KEYS}, got {mscale_keys!r}")
+    mscale_keys = member(mscale_keys, MscaleKeys, "mscale_keys")
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype: expected 'float64' or 'float32', got {dtype!r}")
     work = np.dtype(dtype).type
@@ -200,11 +217,10 @@ def rope_frequencies(
     return inv_freq.astype(np.float64), factor
 
 
-def _check(x, positions, rotary_dim, style, attention_factor, scaling=None):
-    """x as a float64 array, positions broadcast to its token shape, r."""
-    arr = np.asarray(x)
-    if arr.dtype.name not in _FLOATS:
-        raise TypeError(f"x: expected one of {_FLOATS}, got {arr.dtype}")
+def prepare(x, positions, *, rotary_dim=None, style="neox", attention_factor="cos_sin", scaling=None):
+    """Check `apply_rope`'s arguments: x as float64 [*S, H, D], positions broadcast to
+    its token shape S, the rotary dim r, the style and the attention factor's place."""
+    arr = floats(x, "x", np.ndim(x))  # the dtype; the rank below
     if arr.ndim < 2:
         raise ValueError(f"x: expected [*S, H, D] (at least 2 dimensions), got shape {arr.shape}")
     pos = np.asarray(positions)
@@ -219,17 +235,15 @@ def _check(x, positions, rotary_dim, style, attention_factor, scaling=None):
     if pos.size and pos.min() < 0:
         raise ValueError(f"positions: expected token indices >= 0, got minimum {pos.min()}")
     r = resolve_rotary_dim(rotary_dim, arr.shape[-1], scaling)
-    if style not in ROPE_STYLES:
-        raise ValueError(f"style: expected one of {ROPE_STYLES}, got {style!r}")
-    if attention_factor not in ATTENTION_FACTORS:
-        raise ValueError(f"attention_factor: expected one of {ATTENTION_FACTORS}, got {attention_factor!r}")
-    return arr.astype(np.float64), pos, r
+    style = member(style, RopeStyle, "style")
+    attention_factor = member(attention_factor, AttentionFactor, "attention_factor")
+    return arr, pos, r, style, attention_factor
 
 
-def _pair_index(r: int, style: str) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+def pair_dims(r: int, style: RopeStyle | str) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     """The dims of a_i and b_i for i = 0..r/2-1."""
     i = np.arange(r // 2)
-    return (i, i + r // 2) if style == "neox" else (2 * i, 2 * i + 1)
+    return (i, i + r // 2) if member(style, RopeStyle, "style") is RopeStyle.NEOX else (2 * i, 2 * i + 1)
 
 
 def apply_rope(
@@ -238,10 +252,10 @@ def apply_rope(
     *,
     rotary_dim: int | None = None,
     base: float | None = None,
-    style: str = "neox",
+    style: RopeStyle | str = "neox",
     scaling: Mapping | None = None,
-    attention_factor: str = "cos_sin",
-    mscale_keys: str = "transformers",
+    attention_factor: AttentionFactor | str = "cos_sin",
+    mscale_keys: MscaleKeys | str = "transformers",
 ) -> NDArray[np.float64]:
     """x rotated by its positions, in float64.
 
@@ -255,80 +269,17 @@ def apply_rope(
     [*S, H, D] float64. Non-finite inputs follow IEEE arithmetic of the formula: an
     Inf in a pair makes its partner NaN wherever the Inf is multiplied by sin = 0.
     """
-    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor, scaling)
+    xf, pos, r, style, attention_factor = prepare(x, positions, rotary_dim=rotary_dim, style=style,
+                                                  attention_factor=attention_factor, scaling=scaling)
     inv_freq, factor = rope_frequencies(r, base=base, scaling=scaling, mscale_keys=mscale_keys)
     theta = pos[..., None].astype(np.float64) * inv_freq  # [*S, r/2]
     cos, sin = np.cos(theta)[..., None, :], np.sin(theta)[..., None, :]  # [*S, 1, r/2]
-    if attention_factor == "cos_sin":
+    if attention_factor is AttentionFactor.COS_SIN:
         cos, sin = cos * factor, sin * factor
-    ia, ib = _pair_index(r, style)
+    ia, ib = pair_dims(r, style)
     a, b = xf[..., ia], xf[..., ib]  # [*S, H, r/2]
     out = xf.copy()
     with np.errstate(invalid="ignore"):
         out[..., ia] = a * cos - b * sin
         out[..., ib] = b * cos + a * sin
-    return out
-
-
-def apply_rope_emulated(
-    x: ArrayLike,
-    positions: ArrayLike,
-    precision: str,
-    *,
-    rotary_dim: int | None = None,
-    base: float | None = None,
-    style: str = "neox",
-    scaling: Mapping | None = None,
-    attention_factor: str = "cos_sin",
-    mscale_keys: str = "transformers",
-) -> NDArray[np.float64]:
-    """`apply_rope` as a kernel at `precision` computes it (values returned as float64).
-
-    x rounded to `precision`; inv_freq held in float32 (the float64 inv_freq rounded
-    once, or computed in float32 arithmetic as reference code does: whichever of the
-    two evaluations lands further from `apply_rope`); angle = float32(position) * inv_freq in float32; cos and sin of that
-    float32 angle rounded to float32 (times the attention factor, rounded, under
-    "cos_sin") and then stored at `precision` (a cos/sin cache in the model's dtype);
-    a cos, b sin and their difference or sum each rounded to `precision` (no FMA), as
-    Hugging Face's eager `x * cos + rotate_half(x) * sin` in the activation dtype does.
-    At "float32" every step is float32; at "float64" it is `apply_rope`.
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    options = dict(rotary_dim=rotary_dim, base=base, style=style, scaling=scaling, attention_factor=attention_factor,
-                   mscale_keys=mscale_keys)
-    if precision == "float64":
-        return apply_rope(x, positions, **options)
-    xf, pos, r = _check(x, positions, rotary_dim, style, attention_factor, scaling)
-    exact = apply_rope(x, positions, **options)
-    tries = [_rotate_at(xf, pos, r, precision, style, attention_factor, *rope_frequencies(
-        r, base=base, scaling=scaling, dtype=dtype, mscale_keys=mscale_keys)) for dtype in ("float64", "float32")]
-    errors = [np.max(np.abs(t - exact), initial=0.0, where=np.isfinite(exact)) for t in tries]
-    return tries[int(np.argmax(errors))]
-
-
-def _rotate_at(xf, pos, r, precision, style, attention_factor, inv_freq, factor):
-    """One low-precision evaluation of the rotation, given the frequencies."""
-    def f32(v):
-        return round_to(v, "float32")
-
-    theta = f32(f32(pos.astype(np.float64))[..., None] * f32(inv_freq))  # [*S, r/2]
-    cos, sin = f32(np.cos(theta))[..., None, :], f32(np.sin(theta))[..., None, :]  # [*S, 1, r/2]
-    if attention_factor == "cos_sin":
-        cos, sin = f32(cos * f32(factor)), f32(sin * f32(factor))
-    def low(v):  # every stored tensor at `precision` (no-op after f32 at float32)
-        return round_to(f32(v), precision)
-
-    cos, sin = low(cos), low(sin)
-    xr = round_to(xf, precision)
-    ia, ib = _pair_index(r, style)
-    a, b = xr[..., ia], xr[..., ib]
-    out = xr.copy()
-    # float64 holds the product of two float32 values exactly, and a float64 sum of two
-    # float32 values rounded to float32 is their float32 sum (53 >= 2 * 24 + 2 bits);
-    # at bfloat16/float16 each result goes through float32 first, as a kernel that
-    # computes in float32 registers and stores at its dtype does.
-    with np.errstate(invalid="ignore"):
-        out[..., ia] = low(low(a * cos) - low(b * sin))
-        out[..., ib] = low(low(b * cos) + low(a * sin))
     return out

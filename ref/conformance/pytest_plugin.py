@@ -23,22 +23,22 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session")
 def ref_implementation(request):
+    from ref.conformance.adapters import DEFAULT
     from ref.conformance.implementation import load_implementation
-    from ref.cli import DEFAULT_IMPL
 
-    return load_implementation(request.config.getoption("--ref-impl") or DEFAULT_IMPL)
+    return load_implementation(request.config.getoption("--ref-impl") or DEFAULT)
 
 
 @pytest.fixture(scope="session")
 def ref_entries(request):
     from pathlib import Path
 
-    from ref.cli import DEFAULT_XFAILS
+    from ref.conformance.adapters import DEFAULT, shipped_xfails
     from ref.conformance.runner import parse_entries
 
     def read(option, fallback=None):
         path = request.config.getoption(option) or fallback
         return parse_entries(Path(path).read_text(), source=str(path)) if path else []
 
-    default_xfails = None if request.config.getoption("--ref-impl") else DEFAULT_XFAILS
+    default_xfails = shipped_xfails(request.config.getoption("--ref-impl") or DEFAULT)
     return read("--ref-skips-file"), read("--ref-xfails-file", default_xfails)

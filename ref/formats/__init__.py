@@ -1,4 +1,5 @@
-"""Number formats: element minifloats (FP4/FP6/FP8/E8M0/FP16/BF16) and bit packing."""
+"""Number formats: element minifloats (FP4/FP6/FP8/E8M0/FP16/BF16), stochastic
+rounding with explicit random bits, and bit packing."""
 
 from ref.formats.minifloat import (
     FORMATS,
@@ -15,7 +16,8 @@ from ref.formats.minifloat import (
     get_format,
     round_to,
 )
-from ref.formats.packing import pack_fp4, unpack_fp4
+from ref.formats.packing import NibbleOrder, pack_fp4, unpack_fp4
+from ref.formats.stochastic import encode_stochastic
 
 __all__ = [
     "FORMATS",
@@ -25,10 +27,12 @@ __all__ = [
     "NanEncoding",
     "NanPolicy",
     "NegativePolicy",
+    "NibbleOrder",
     "Overflow",
     "Rounding",
     "decode",
     "encode",
+    "encode_stochastic",
     "get_format",
     "pack_fp4",
     "round_to",

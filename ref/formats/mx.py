@@ -39,7 +39,7 @@ from numpy.typing import ArrayLike, NDArray
 from ref.arguments import integer, member
 from ref.formats.minifloat import bit_length, decode, encode, get_format
 
-__all__ = ["MX_ELEMENTS", "ScaleOverflow", "ScaleRule", "dequantize", "quantize", "scale_exponents"]
+__all__ = ["MX_ELEMENTS", "ScaleOverflow", "ScaleRule", "dequantize", "max_element", "quantize", "scale_exponents"]
 
 # element name -> (emax, mantissa bits) ; INT8 is 1.xxxxxx: emax 0, 6 fraction bits
 MX_ELEMENTS = {
@@ -71,7 +71,10 @@ def _element(elem: str):
     return MX_ELEMENTS[elem]
 
 
-def _max_element(elem: str) -> float:
+def max_element(elem: str) -> float:
+    """A step of the definition: the element's largest magnitude (6 for FP4, 448 for
+    E4M3, 127/64 for MXINT8); the rceil rule multiplies amax by f32(1 / max_element)."""
+    _element(elem)
     return INT8_MAX / 64 if elem == "int8" else get_format(elem).max_normal
 
 
@@ -102,7 +105,7 @@ def scale_exponents(amax: ArrayLike, elem: str, *, rule: ScaleRule | str = Scale
     safe = np.where(finite, amax, np.float32(1))
     if rule is ScaleRule.RCEIL:
         # fp32 product, then a power of two at or above it (the .rp conversion).
-        s = safe * np.float32(1 / _max_element(elem))
+        s = safe * np.float32(1 / max_element(elem))
         e8m0 = encode(s, "float8_e8m0fnu", rounding="toward_positive", overflow="nonsaturating",
                       negative="magnitude")
         # An underflowed product (0) gives 2^-127; past 2^127 the code is NaN: X = 128.

@@ -22,11 +22,19 @@ below is one IEEE float32 operation, rounded to nearest even):
                       r   = f32(f32(1 / p) / sb)
                       q   = f32(x * r)
 
-and codes = e2m1(clamp(q, -6, 6)), round to nearest even (or stochastic, with the
-random bits as input). The global scale returned is the recipe's own: TE's and
-vLLM's encode scale g (dequantize multiplies by f32(1/g)), torchao's decode scale p.
-torchao without a per-tensor scale is either torchao recipe with p = 1 (a tensor whose
-amax is 2688): it divides by sb up to 0.17 and multiplies by f32(1 / sb) from 0.18.
+and codes = e2m1(clamp(q, -6, 6)), round to nearest even (`quantize`), or stochastic
+with the random bits as an input (`quantize_stochastic`: up iff the fraction of q
+between its two E2M1 neighbours plus R / 2^8 reaches 1, R the top 8 bits of each
+uint32, the width of PTX cvt.rs.e2m1x4's random numbers).
+
+The steps are public, so searches for the inputs where recipes part ways call the
+definition itself: `tensor_scale` (g or p from the tensor amax), `block_scales`
+(the E4M3 block scale codes and the float32 factor the elements are scaled by).
+
+The global scale returned is the recipe's own: TE's and vLLM's encode scale g
+(dequantize multiplies by f32(1/g)), torchao's decode scale p. torchao without a
+per-tensor scale is either torchao recipe with p = 1 (a tensor whose amax is 2688):
+it divides by sb up to 0.17 and multiplies by f32(1 / sb) from 0.18.
 A tensor whose amax is 0, NaN or Inf takes g = 1 (p = 1) in every recipe, TE's rule
 for 0 extended: the vLLM and torchao code divide by zero there, or spread the NaN to
 every block.
@@ -58,13 +66,16 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import boolean, member, positive_float32
 from ref.formats.minifloat import decode, encode
+from ref.formats.stochastic import encode_stochastic
 
-__all__ = ["BLOCK", "RHT_SIGNS", "DequantOrder", "Recipe", "dequantize", "hadamard16", "quantize", "random_hadamard"]
+__all__ = ["BLOCK", "RHT_SIGNS", "SR_BITS", "DequantOrder", "Recipe", "block_scales", "dequantize", "hadamard16",
+           "quantize", "quantize_stochastic", "random_hadamard", "tensor_scale"]
 
 BLOCK = 16
 F32 = np.float32
 FLT_MAX = np.finfo(np.float32).max
 E4M3_MAX, E2M1_MAX = F32(448), F32(6)
+SR_BITS = 8  # random bits stochastic rounding reads: the top 8 of each uint32 (PTX cvt.rs.e2m1x4)
 
 
 # TransformerEngine's fixed sign vector for the random Hadamard transform.
@@ -112,10 +123,14 @@ def _e4m3(v: NDArray[np.float32]) -> NDArray[np.uint8]:
     return encode(v, "float8_e4m3fn", overflow="saturate")
 
 
-def _global(amax: np.float32, recipe: Recipe) -> np.float32:
-    """The recipe's per-tensor scale (TE/vLLM: encode scale g; torchao: decode scale p);
-    1 when amax is 0, NaN or Inf, or the scale is not a positive finite float32."""
+def tensor_scale(amax: np.float32, recipe: Recipe | str) -> np.float32:
+    """A step of the definition: the recipe's per-tensor (global) scale from the tensor
+    amax (float32): TE/vLLM's encode scale g = f32(2688 / amax) (at most FLT_MAX),
+    torchao's decode scale p = f32(amax / 2688); 1 when amax is 0, NaN or Inf, or the
+    scale is not a positive finite float32."""
+    recipe = member(recipe, Recipe, "recipe")
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        amax = np.float32(amax)
         if recipe in _TORCHAO:
             scale = amax / F32(448 * 6)
         else:
@@ -135,9 +150,13 @@ def _block_amax(x: NDArray[np.float32], tile_2d: bool) -> NDArray[np.float32]:
     return np.repeat(tiles, BLOCK, axis=-2)
 
 
-def _scales_and_multipliers(bamax, g, recipe: Recipe):
-    """E4M3 block scale codes and the float32 factor (or, for torchao_0_13, divisor)
-    for the elements, line by line as in the module docstring."""
+def block_scales(bamax: ArrayLike, g: np.float32, recipe: Recipe | str):
+    """A step of the definition: from block maxima `bamax` (float32) and the tensor
+    scale `g` (`tensor_scale`), the E4M3 block scale codes (uint8) and the float32
+    factor the block's elements are multiplied by (for torchao_0_13, divided by),
+    line by line as in the module docstring."""
+    recipe = member(recipe, Recipe, "recipe")
+    bamax, g = np.asarray(bamax, dtype=np.float32), np.float32(g)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         if recipe is Recipe.TRANSFORMER_ENGINE:
             sb = _e4m3(bamax * (g * F32(1 / 6)))
@@ -155,25 +174,9 @@ def _scales_and_multipliers(bamax, g, recipe: Recipe):
     return sb, r.astype(np.float32)
 
 
-def quantize(
-    x: ArrayLike,
-    *,
-    recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE,
-    global_amax: float | np.floating | None = None,
-    tile_2d: bool = False,
-    rht: bool = False,
-    rounding: str = "nearest_even",
-    rbits: ArrayLike | None = None,
-) -> tuple[NDArray[np.uint8], NDArray[np.uint8], np.float32]:
-    """NVFP4-quantize `x` [..., R, n] (float32, or float16 widened exactly).
-
-    Returns (codes [..., R, n] uint8 E2M1 codes, one per byte; scales [..., R, n/16]
-    uint8 E4M3FN codes; global scale float32, the recipe's own). n must be a multiple
-    of 16 (and R of 16 with `tile_2d`). `global_amax` (a positive finite number)
-    defaults to max |x| (after the random Hadamard transform when `rht`).
-    `rounding="stochastic"` takes `rbits` (uint32 per element; the top 8 bits are
-    used, the width of PTX cvt.rs.e2m1x4's random numbers).
-    """
+def _scaled(x, recipe, global_amax, tile_2d, rht):
+    """The steps both roundings share: checks, then (q [..., R, n] float32 clamped to
+    +-6, E4M3 block scale codes, the tensor scale)."""
     recipe = member(recipe, Recipe, "recipe")
     tile_2d, rht = boolean(tile_2d, "tile_2d"), boolean(rht, "rht")
     if global_amax is not None:
@@ -186,20 +189,58 @@ def quantize(
         raise ValueError(f"x: the last axis must be a multiple of {BLOCK}, got shape {x.shape}")
     if tile_2d and (x.ndim < 2 or x.shape[-2] % BLOCK):
         raise ValueError(f"x: tile_2d needs rows (axis -2) in multiples of {BLOCK}, got shape {x.shape}")
-    if rounding not in ("nearest_even", "stochastic"):
-        raise ValueError(f"rounding: expected 'nearest_even' or 'stochastic', got {rounding!r}")
     if rht:
         x = random_hadamard(x)
     if global_amax is None:
         global_amax = F32(np.max(np.abs(x))) if x.size else F32(0)
-    g = _global(global_amax, recipe)
-    sb, r = _scales_and_multipliers(_block_amax(x, tile_2d), g, recipe)
+    g = tensor_scale(global_amax, recipe)
+    sb, r = block_scales(_block_amax(x, tile_2d), g, recipe)
     blocks = x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
     with np.errstate(over="ignore", invalid="ignore"):
         q = blocks / r[..., None] if recipe is Recipe.TORCHAO_0_13 else blocks * r[..., None]
-    q = np.clip(q, -E2M1_MAX, E2M1_MAX).reshape(x.shape)
-    codes = encode(q, "float4_e2m1fn", rounding=rounding, overflow="saturate", rbits=rbits,
-                   sr_bits=8 if rounding == "stochastic" else 32)
+    return np.clip(q, -E2M1_MAX, E2M1_MAX).reshape(x.shape), sb, g
+
+
+def quantize(
+    x: ArrayLike,
+    *,
+    recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE,
+    global_amax: float | np.floating | None = None,
+    tile_2d: bool = False,
+    rht: bool = False,
+) -> tuple[NDArray[np.uint8], NDArray[np.uint8], np.float32]:
+    """NVFP4-quantize `x` [..., R, n] (float32, or float16 widened exactly), elements
+    rounded to nearest even.
+
+    Returns (codes [..., R, n] uint8 E2M1 codes, one per byte; scales [..., R, n/16]
+    uint8 E4M3FN codes; global scale float32, the recipe's own). n must be a multiple
+    of 16 (and R of 16 with `tile_2d`). `global_amax` (a positive finite number)
+    defaults to max |x| (after the random Hadamard transform when `rht`).
+    """
+    q, sb, g = _scaled(x, recipe, global_amax, tile_2d, rht)
+    return encode(q, "float4_e2m1fn", overflow="saturate"), sb, g
+
+
+def quantize_stochastic(
+    x: ArrayLike,
+    rbits: ArrayLike,
+    *,
+    recipe: Recipe | str = Recipe.TRANSFORMER_ENGINE,
+    global_amax: float | np.floating | None = None,
+    tile_2d: bool = False,
+    rht: bool = False,
+) -> tuple[NDArray[np.uint8], NDArray[np.uint8], np.float32]:
+    """`quantize` with the elements rounded stochastically by the given random bits:
+    `rbits` uint32, one per element of x (same shape); the top 8 bits R of each are
+    read, and q rounds away from zero iff its fraction between the two E2M1 values
+    around it plus R / 2^8 reaches 1. Scales and the global scale are `quantize`'s."""
+    rbits = np.asarray(rbits)
+    if rbits.dtype != np.uint32:
+        raise TypeError(f"rbits: expected uint32 random bits, got {rbits.dtype}")
+    if rbits.shape != np.shape(x):
+        raise ValueError(f"rbits: expected one per element of x, shape {np.shape(x)}, got {rbits.shape}")
+    q, sb, g = _scaled(x, recipe, global_amax, tile_2d, rht)
+    codes = encode_stochastic(q, "float4_e2m1fn", rbits, sr_bits=SR_BITS, overflow="saturate")
     return codes, sb, g
 
 

@@ -14,15 +14,16 @@ so only the first W bits of the fraction matter, and a fraction below 2^-W never
 steps. The two outcomes are the codes of sign(x) lo (toward zero) and sign(x) hi
 (away from zero); a step past the largest finite value is an overflow, which the
 format's overflow policy turns into +-max (saturate) or +-Inf/NaN (nonsaturating).
-Zeros, NaN and Inf are deterministic, as `minifloat.encode` defines them, and so is
-every finite |x| >= max + ulp (it overflows whatever the random bits).
+Zeros, NaN and Inf are deterministic, as `stochastic.encode_stochastic` defines them
+(`minifloat.encode`'s rules), and so is every finite |x| >= max + ulp (it overflows
+whatever the random bits).
 
 The neighbours come from the table of the format's values (every magnitude code
-decoded), not from encode's integer shifts: f is exact in float64 (|x| - lo is exact
+decoded), not from the codec's integer shifts: f is exact in float64 (|x| - lo is exact
 by Sterbenz's lemma, or is |x| itself when lo = 0, and the division is by a power of
 two), and so is floor(f 2^W).
 
-References: spec/formats.md, "encode" (stochastic rounding) and "The statistical
+References: spec/formats.md, "encode_stochastic" and "The statistical
 twin"; PTX ISA, `cvt` with `.rs` rounding (sm_100a); Croci et al., "Stochastic
 rounding: implementation, error analysis and applications", R. Soc. Open Sci. 9
 (2022).
@@ -97,7 +98,7 @@ def sr_distribution(
     has P(away) = 0, its second outcome being the next code; NaN, Inf, a saturated
     step and a certain overflow have the same code twice, with probabilities (1, 0).
     `overflow` defaults to the format's own, `nan` is what NaN becomes in a format
-    without NaN (as in `minifloat.encode`).
+    without NaN (as in `encode_stochastic`).
     """
     f = get_format(fmt)
     if not f.signed:

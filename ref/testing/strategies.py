@@ -10,7 +10,10 @@ Arguments that shape a draw are themselves strategies (xarray's convention).
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -22,15 +25,19 @@ from ref.formats.minifloat import FloatFormat, decode, get_format
 __all__ = [
     "FLOAT_DTYPES",
     "block_shapes",
+    "both_signs",
     "codes",
     "edge_arrays",
     "edge_values",
+    "element_inputs",
     "float_bits_arrays",
     "outlier_arrays",
     "realistic_arrays",
     "representable_values",
     "rounding_ties",
     "small_shapes",
+    "spread",
+    "variant_grid",
 ]
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -197,3 +204,43 @@ def outlier_arrays(
         return np.where(hit, np.copysign(np.abs(x) + 1, x) * mag, x).astype(dt)
 
     return st.tuples(shape, dtype, st.integers(0, 2**32 - 1), fraction, magnitude).map(fill)
+
+
+def element_inputs(fmt: str | FloatFormat, *,
+                   dtype: st.SearchStrategy[np.dtype] | None = None) -> st.SearchStrategy[NDArray]:
+    """Inputs for encoding to `fmt`: edge-value mixes, random bit patterns, or Gaussian
+    arrays at the format's small, unit or large magnitudes (float16/32/64 by default)."""
+    f = get_format(fmt)
+    dtype = st.sampled_from(FLOAT_DTYPES) if dtype is None else dtype
+    return st.one_of(
+        edge_arrays(f, dtype=dtype),
+        float_bits_arrays(dtype=dtype),
+        realistic_arrays(dtype=dtype, scale=st.sampled_from([f.min_normal, 1.0, f.max_normal / 8])),
+    )
+
+
+def variant_grid(supported: Mapping[str, Sequence[Any]], *, skip: Mapping[str, Sequence[Any]] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Every combination of the supported variant values (for exhaustive sweeps), in
+    the order given; `skip` leaves values out of an axis."""
+    skip = skip or {}
+    axes = list(supported)
+    values = [[v for v in supported[a] if v not in skip.get(a, ())] for a in axes]
+    return [dict(zip(axes, combo)) for combo in itertools.product(*values)]
+
+
+def spread(values: NDArray, n: int) -> NDArray:
+    """All of `values` if there are at most n, else both ends (16 each) and n evenly
+    spaced between them: a deterministic sample of a sorted grid."""
+    values = np.asarray(values)
+    if values.size <= n:
+        return values
+    idx = np.unique(np.concatenate([np.arange(16), np.linspace(0, values.size - 1, n).astype(int),
+                                    np.arange(values.size - 16, values.size)]))
+    return values[idx]
+
+
+def both_signs(values) -> NDArray[np.float64]:
+    """`values` as float64 followed by their negatives ([v, -v]; 0 gives +0 and -0)."""
+    v = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    return np.concatenate([v, -v])

@@ -16,7 +16,8 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ref.attention.flash import attend_split, attend_tiled
+from ref.attention.flash import attend_tiled
+from ref.attention.split_kv import attend_split
 from ref.attention.rope import rope_frequencies, yarn_mscale
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation

@@ -19,10 +19,9 @@ def _all_variants(names):
 def table_codec(bugs=(), formats=tc.FORMAT_NAMES, kinds=("encode", "decode"), variants=None, name=None):
     ops = {}
     for f in formats:
-        if "encode" in kinds:
-            ops[f"formats.{f}.encode"] = partial(tc.encode, fmt=f, bugs=bugs)
-        if "decode" in kinds:
-            ops[f"formats.{f}.decode"] = partial(tc.decode, fmt=f, bugs=bugs)
+        for kind in ("encode", "encode_stochastic", "decode"):
+            if kind in kinds:
+                ops[f"formats.{f}.{kind}"] = partial(getattr(tc, kind), fmt=f, bugs=bugs)
     if "pack" in kinds:
         ops["formats.float4_e2m1fn.pack"] = partial(tc.pack, bugs=bugs)
         ops["formats.float4_e2m1fn.unpack"] = partial(tc.unpack, bugs=bugs)
@@ -52,15 +51,12 @@ BUGS = {
                                                      {"formats.float8_e5m2.encode":
                                                       {"overflow": ["nonsaturating"]}}, "Infinity"),
     "NaN encoded as zero": (("nan_to_zero",), ("float8_e4m3fn",), ("encode",), {}, "NaN"),
-    "stochastic carry needs strictly more than one": (("sr_strict",), ("float8_e4m3fn",), ("encode",),
-                                                      {"formats.float8_e4m3fn.encode": {"rounding": ["stochastic"]}},
-                                                      "StochasticRounding"),
-    "stochastic bits placed at the bottom": (("sr_lsb",), ("bfloat16",), ("encode",),
-                                             {"formats.bfloat16.encode": {"rounding": ["stochastic"]}},
+    "stochastic carry needs strictly more than one": (("sr_strict",), ("float8_e4m3fn",), ("encode_stochastic",),
+                                                      {}, "StochasticRounding"),
+    "stochastic bits placed at the bottom": (("sr_lsb",), ("bfloat16",), ("encode_stochastic",), {},
                                              "StochasticRounding"),
-    "stochastic bits broadcast from a shorter array": (("no_rbits_check",), ("float8_e5m2",), ("encode",),
-                                                       {"formats.float8_e5m2.encode": {"rounding": ["stochastic"]}},
-                                                       "InvalidInput"),
+    "stochastic bits broadcast from a shorter array": (("no_rbits_check",), ("float8_e5m2",), ("encode_stochastic",),
+                                                       {}, "InvalidInput"),
     "FP4 sign written to bit 7": (("dirty_sign",), ("float4_e2m1fn",), ("encode",), {}, "SignedZero"),
     "decoder gives subnormals an implicit one": (("subnormal_as_normal",), ("float8_e4m3fn",), ("decode",), {},
                                                  "Exhaustive"),
@@ -80,14 +76,14 @@ def bug(name):
 # Loadable as --impl corpus.formats_impls:HALF_AWAY (the CLI and pytest plugin tests).
 HALF_AWAY = bug("round half away from zero")
 SWAPPED_NIBBLES = bug("FP4 nibble order swapped")
-CORRECT = table_codec(kinds=("encode", "decode", "pack"), name="table codec")
+CORRECT = table_codec(kinds=("encode", "encode_stochastic", "decode", "pack"), name="table codec")
 
 
 def mx_composed(bugs=(), elems=None, name=None, variants=None):
     """The independent MX codec (frexp scales, ml_dtypes element casts)."""
     from corpus import mx_composed as mc
 
-    from ref.formats.ops import MX_NAMES
+    from ref.formats.catalog.mx import MX_NAMES
 
     ops = {}
     for elem, short in MX_NAMES.items():
@@ -135,24 +131,22 @@ def mx_bug(name):
 
 
 def nvfp4_composed(bugs=(), name=None, variants=None):
-    """The independent NVFP4 codec (each recipe's steps with ml_dtypes casts); RNE only."""
+    """The independent NVFP4 codec (each recipe's steps with ml_dtypes casts)."""
     from corpus import nvfp4_composed as nc
 
-    def quantize(x, recipe, tile_2d, rounding, rht, rbits=None):
-        return nc.quantize(x, recipe=recipe, tile_2d=tile_2d == "true", rounding=rounding, rbits=rbits, bugs=bugs,
-                           rht=rht == "true")
-
     recipes = [r.value for r in nvfp4.Recipe]
-    ops = {"formats.nvfp4.quantize": quantize,
+    ops = {"formats.nvfp4.quantize": partial(nc.quantize, bugs=bugs),
+           "formats.nvfp4.quantize_stochastic": partial(nc.quantize_stochastic, bugs=bugs),
            "formats.nvfp4.dequantize": partial(nc.dequantize, bugs=bugs)}
-    declared = {"formats.nvfp4.quantize": {"recipe": recipes, "tile_2d": ["false", "true"], "rht": ["false", "true"]},
+    every = {"recipe": recipes, "tile_2d": [False, True], "rht": [False, True]}
+    declared = {"formats.nvfp4.quantize*": every,
                 "formats.nvfp4.dequantize": {"recipe": recipes, "order": ["exact", "scale_first"]}} \
         if variants is None else variants
     return Implementation(name or f"nvfp4 composed {'+'.join(bugs) or 'correct'}", ops, variants=declared)
 
 
 def _one_recipe(recipe):
-    return {"formats.nvfp4.quantize": {"recipe": [recipe], "tile_2d": ["false", "true"]}}
+    return {"formats.nvfp4.quantize": {"recipe": [recipe], "tile_2d": [False, True]}}
 
 
 # name -> (bugs, variants declared, the flag that must catch it)
@@ -175,7 +169,10 @@ NVFP4_BUGS = {
     "dequantize rounding the exact product once where torchao's order is declared": (
         ("swapped_order",), {"formats.nvfp4.dequantize": {"order": ["scale_first"]}}, "DequantOrder"),
     "Hadamard transform without TransformerEngine's signs": (
-        ("no_signs",), {"formats.nvfp4.quantize": {"rht": ["true"]}}, "Hadamard"),
+        ("no_signs",), {"formats.nvfp4.quantize": {"rht": [True]}}, "Hadamard"),
+    "stochastic rounding reading all 32 random bits instead of the top 8": (("sr_all_bits",), None, "SrBoundary"),
+    "stochastic rounding that ignores the random bits (round to nearest)": (("sr_nearest",), None,
+                                                                             "StochasticRounding"),
     "vLLM claimed, TransformerEngine's order computed": ((), {"formats.nvfp4.quantize": {"recipe": ["vllm"]}},
                                                          "RecipeOrder"),
     "E2M1 codes with dirty high bits masked (& 0xF) instead of rejected": (("mask_dirty",), None, "DirtyBits"),
@@ -190,9 +187,8 @@ def nvfp4_bug(name):
     if name.startswith("vLLM claimed"):
         from corpus import nvfp4_composed as nc
 
-        def te_as_vllm(x, recipe, tile_2d, rounding, rht, rbits=None):
-            return nc.quantize(x, recipe="transformer_engine", tile_2d=tile_2d == "true", rounding=rounding,
-                               rbits=rbits, rht=rht == "true")
+        def te_as_vllm(x, recipe, tile_2d, rht):
+            return nc.quantize(x, recipe="transformer_engine", tile_2d=tile_2d, rht=rht)
 
         return Implementation(name, {"formats.nvfp4.quantize": te_as_vllm}, variants=variants)
     return nvfp4_composed(bugs, name=name, variants=variants)

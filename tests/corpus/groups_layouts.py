@@ -133,41 +133,41 @@ def correct():
     variants = {"formats.int4.pack_int32": {"order": ["gptq", "awq"]}}
     for bits in (4, 8):
         ops[f"formats.int{bits}_group.quantize"] = (
-            lambda w, scheme, group, zero_storage, b=bits: quantize_groups(w, b, int(group), scheme,
+            lambda w, scheme, group, zero_storage, b=bits: quantize_groups(w, b, group, scheme,
                                                                            zero_storage=zero_storage))
         ops[f"formats.int{bits}_group.dequantize"] = _dequantizer(bits)
         variants[f"formats.int{bits}_group.quantize"] = {"scheme": ["asymmetric", "symmetric"],
-                                                         "group": ["128", "64", "32"],
+                                                         "group": [128, 64, 32],
                                                          "zero_storage": ["exact", "gptq_v1"]}
-        variants[f"formats.int{bits}_group.dequantize"] = {"group": ["128", "64", "32"],
+        variants[f"formats.int{bits}_group.dequantize"] = {"group": [128, 64, 32],
                                                            "zero_storage": ["exact", "gptq_v1"]}
     return _impl("loops and tile reshapes", ops, variants)
 
 
 def _quantizer(bits, *bugs):
-    return lambda w, scheme, group, zero_storage: quantize_groups(w, bits, int(group), scheme, bugs,
+    return lambda w, scheme, group, zero_storage: quantize_groups(w, bits, group, scheme, bugs,
                                                                   zero_storage=zero_storage)
 
 
 def _dequantizer(bits, *bugs):
-    return lambda codes, scales, zeros, group, zero_storage: dequantize_groups(codes, scales, zeros, bits, int(group),
+    return lambda codes, scales, zeros, group, zero_storage: dequantize_groups(codes, scales, zeros, bits, group,
                                                                                zero_storage, bugs)
 
 
 def _flattening_quantizer(w, scheme, group, zero_storage):
     """Takes the weights as one [rows, n] matrix and returns them so."""
     w = np.asarray(w)
-    return quantize_groups(w.reshape(-1, w.shape[-1]) if w.ndim else w, 8, int(group), scheme,
+    return quantize_groups(w.reshape(-1, w.shape[-1]) if w.ndim else w, 8, group, scheme,
                            zero_storage=zero_storage)
 
 
 def _float32_only_quantizer(w, scheme, group, zero_storage):
     if np.asarray(w).dtype != F:
         raise TypeError("w: this kernel is built for float32 weights")
-    return quantize_groups(w, 4, int(group), scheme, zero_storage=zero_storage)
+    return quantize_groups(w, 4, group, scheme, zero_storage=zero_storage)
 
 
-_ALL_GROUPS = {"group": ["128", "64", "32"]}
+_ALL_GROUPS = {"group": [128, 64, 32]}
 
 
 # name -> (implementation, flag of a vector that must catch it)
@@ -177,22 +177,22 @@ GROUP_LAYOUT_BUGS = {
               {}), "LayoutTranspose"),
     "zero point off by one": (
         _impl("zero - 1", {"formats.int4_group.quantize":
-                           lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme,
+                           lambda w, scheme, group, zero_storage: quantize_groups(w, 4, group, scheme,
                                                                                   ("zero_minus_one",))},
               {}), "Random"),
     "zero point rounded half away from zero": (
         _impl("zero half away", {"formats.int4_group.quantize":
-                                 lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme,
+                                 lambda w, scheme, group, zero_storage: quantize_groups(w, 4, group, scheme,
                                                                                         ("zero_half_away",))},
               {}), "ZeroPoint"),
     "weights multiplied by the reciprocal of the scale": (
         _impl("reciprocal", {"formats.int8_group.quantize":
-                             lambda w, scheme, group, zero_storage: quantize_groups(w, 8, int(group), scheme,
+                             lambda w, scheme, group, zero_storage: quantize_groups(w, 8, group, scheme,
                                                                                     ("reciprocal",))},
               {}), "TiesToEven"),
     "GPTQ v1 zero points stored without the minus one": (
         _impl("v1 exact", {"formats.int4_group.quantize":
-                           lambda w, scheme, group, zero_storage: quantize_groups(w, 4, int(group), scheme)},
+                           lambda w, scheme, group, zero_storage: quantize_groups(w, 4, group, scheme)},
               {"formats.int4_group.quantize": {"zero_storage": ["gptq_v1"]}}), "ZeroPoint"),
     "scale not floored: a subnormal group divides by zero": (
         _impl("no floor", {"formats.int4_group.quantize": _quantizer(4, "no_floor")},

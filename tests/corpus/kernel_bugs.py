@@ -9,14 +9,8 @@ import numpy as np
 
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
-from ref.formats import FORMATS, decode, pack_fp4, unpack_fp4
+from ref.formats import FORMATS, decode, encode, encode_stochastic, pack_fp4, unpack_fp4
 from ref.formats.intgroup import unpack_int32
-from ref.formats import encode as _encode
-
-
-def encode(x, fmt, *, sr_bits="32", **params):
-    """The oracle under the catalog's calling convention (variant values are strings)."""
-    return _encode(x, fmt, sr_bits=int(sr_bits), **params)
 
 
 def _impl(name, ops, variants=None):
@@ -30,8 +24,7 @@ def grid_capped_encode(x, **params):
     flat = np.asarray(x).reshape(-1)
     out = np.zeros(flat.size, np.uint8)
     n = min(flat.size, 65535 * 256)
-    rbits = params.pop("rbits", None)
-    out[:n] = encode(flat[:n], "float8_e4m3fn", rbits=None if rbits is None else rbits.reshape(-1)[:n], **params)
+    out[:n] = encode(flat[:n], "float8_e4m3fn", **params)
     return out.reshape(np.shape(x))
 
 
@@ -39,18 +32,15 @@ def tail_default_encode(x, **params):
     """Launches of at most 65535 x 256 elements; only the first gets the caller's options."""
     flat = np.asarray(x).reshape(-1)
     n = 65535 * 256
-    rbits = params.pop("rbits", None)
-    head = encode(flat[:n], "float8_e4m3fn", rbits=None if rbits is None else rbits.reshape(-1)[:n], **params)
+    head = encode(flat[:n], "float8_e4m3fn", **params)
     tail = encode(flat[n:], "float8_e4m3fn")
     return np.concatenate([head, tail]).reshape(np.shape(x))
 
 
-def raw_memory_encode(x, rbits=None, **params):
+def raw_memory_encode(x, **params):
     """Walks memory order (like data_ptr()), writes C order: wrong for F/strided inputs."""
     x = np.asarray(x)
-    flat = x.ravel(order="K")
-    rb = None if rbits is None else np.asarray(rbits).ravel(order="K")
-    return encode(flat, "float8_e5m2", rbits=rb, **params).reshape(x.shape)
+    return encode(x.ravel(order="K"), "float8_e5m2", **params).reshape(x.shape)
 
 
 def in_place_clip_encode(x, **params):
@@ -68,8 +58,7 @@ def empty_crashing_decode(codes):
 
 def scalar_widening_encode(x, **params):
     x = np.atleast_1d(x)  # the kernel wants a pointer and a length
-    rbits = params.pop("rbits", None)
-    return encode(x, "float8_e4m3fn", rbits=None if rbits is None else np.atleast_1d(rbits), **params)
+    return encode(x, "float8_e4m3fn", **params)
 
 
 def int32_codes_encode(x, **params):
@@ -105,25 +94,23 @@ def f16_flattening_encode(x, **params):
     return out.reshape(-1) if np.asarray(x).dtype == np.float16 else out
 
 
-def sr_float64_narrowing_encode(x, **params):
+def sr_float64_narrowing_encode(x, rbits, **params):
     """The stochastic path only takes float32: float64 is narrowed first."""
-    if params.get("rounding") == "stochastic" and np.asarray(x).dtype == np.float64:
+    if np.asarray(x).dtype == np.float64:
         x = np.asarray(x).astype(np.float32)
-    return encode(x, "float8_e5m2", **params)
+    return encode_stochastic(x, "float8_e5m2", rbits, **params)
 
 
-def sr_top16_encode(x, rbits=None, **params):
+def sr_top16_encode(x, rbits, **params):
     """A 16-bit hardware random number: the low 16 bits of rbits are dropped."""
-    if rbits is not None and np.asarray(rbits).dtype == np.uint32:
+    if np.asarray(rbits).dtype == np.uint32:
         rbits = rbits & np.uint32(0xFFFF0000)
-    return encode(x, "float8_e4m3fn", rbits=rbits, **params)
+    return encode_stochastic(x, "float8_e4m3fn", rbits, **params)
 
 
-def rbits_casting_encode(x, rbits=None, **params):
+def rbits_casting_encode(x, rbits, **params):
     """Casts whatever rbits it gets: torch.rand floats become zeros (truncation)."""
-    if rbits is not None:
-        rbits = np.asarray(rbits).astype(np.uint32)
-    return encode(x, "float8_e4m3fn", rbits=rbits, **params)
+    return encode_stochastic(x, "float8_e4m3fn", np.asarray(rbits).astype(np.uint32), **params)
 
 
 def row_pitch_encode(x, **params):
@@ -174,16 +161,16 @@ def pack_without_size_check(codes, order="low_first"):
     return pack_fp4(codes, order=order)
 
 
-def sr_top8_encode(x, rbits=None, **params):
+def sr_top8_encode(x, rbits, **params):
     """Declares the 13-bit random number of PTX cvt.rs for f16 but reads only the top 8 bits."""
-    if rbits is not None and np.asarray(rbits).dtype == np.uint32:
+    if np.asarray(rbits).dtype == np.uint32:
         rbits = rbits & np.uint32(0xFF000000)
-    return encode(x, "float16", rbits=rbits, **params)
+    return encode_stochastic(x, "float16", rbits, **params)
 
 
-def sr_all_bits_encode(x, rbits=None, sr_bits="32", **params):
+def sr_all_bits_encode(x, rbits, sr_bits=32, **params):
     """Declares the 8-bit random number of E2M1 but feeds all 32 bits to the adder."""
-    return encode(x, "float4_e2m1fn", rbits=rbits, **params)
+    return encode_stochastic(x, "float4_e2m1fn", rbits, **params)
 
 
 def masking_fp4_decode(codes):
@@ -219,11 +206,9 @@ def sign_checking_unpack_int32(words, order="gptq"):
 def rows_encode(x, **params):
     """A kernel over [rows, cols]: its output keeps the 2-D view it computed in."""
     x = np.asarray(x)
-    rbits = params.pop("rbits", None)
     if x.ndim > 2:
         x = x.reshape(-1, x.shape[-1])
-        rbits = None if rbits is None else np.asarray(rbits).reshape(x.shape)
-    return encode(x, "float8_e4m3fn", rbits=rbits, **params)
+    return encode(x, "float8_e4m3fn", **params)
 
 
 def converting_encode(x, **params):
@@ -239,7 +224,7 @@ def reinterpreting_decode(codes):
 
 
 _E4 = "formats.float8_e4m3fn.encode"
-_SR = {"rounding": ["stochastic"]}
+_SR4 = "formats.float8_e4m3fn.encode_stochastic"
 
 # name -> (implementation, the flag of a vector that must catch it, or None for runner checks)
 KERNEL_BUGS = {
@@ -267,15 +252,16 @@ KERNEL_BUGS = {
         _impl("bf16 trick", {"formats.bfloat16.encode": bf16_add_trick_encode}), "NanPayload"),
     "float16 inputs come back flattened": (_impl("f16 flat", {_E4: f16_flattening_encode}), "Float16Input"),
     "stochastic rounding narrows float64 to float32": (
-        _impl("sr f64", {"formats.float8_e5m2.encode": sr_float64_narrowing_encode}), "SrBoundary"),
-    "stochastic rounding reads 16 random bits, declares 32": (_impl("sr top16", {_E4: sr_top16_encode}), "SrBoundary"),
-    "float rbits cast instead of rejected": (_impl("rbits cast", {_E4: rbits_casting_encode}), "InvalidInput"),
+        _impl("sr f64", {"formats.float8_e5m2.encode_stochastic": sr_float64_narrowing_encode}), "SrBoundary"),
+    "stochastic rounding reads 16 random bits, declares 32": (_impl("sr top16", {_SR4: sr_top16_encode}),
+                                                              "SrBoundary"),
+    "float rbits cast instead of rejected": (_impl("rbits cast", {_SR4: rbits_casting_encode}), "InvalidInput"),
     "stochastic rounding reads 8 random bits, declares 13": (
-        _impl("sr top8 as 13", {"formats.float16.encode": sr_top8_encode},
-              {"formats.float16.encode": {**_SR, "sr_bits": ["13"]}}), "SrBoundary"),
+        _impl("sr top8 as 13", {"formats.float16.encode_stochastic": sr_top8_encode},
+              {"formats.float16.encode_stochastic": {"sr_bits": [13]}}), "SrBoundary"),
     "stochastic rounding reads 32 random bits, declares 8": (
-        _impl("sr all bits as 8", {"formats.float4_e2m1fn.encode": sr_all_bits_encode},
-              {"formats.float4_e2m1fn.encode": {**_SR, "sr_bits": ["8"]}}), "SrBoundary"),
+        _impl("sr all bits as 8", {"formats.float4_e2m1fn.encode_stochastic": sr_all_bits_encode},
+              {"formats.float4_e2m1fn.encode_stochastic": {"sr_bits": [8]}}), "SrBoundary"),
     "FP4 decoder masks bits above the code": (
         _impl("mask", {"formats.float4_e2m1fn.decode": masking_fp4_decode}), "DirtyBits"),
     "FP6 decoder checks only the next bit": (
@@ -292,6 +278,5 @@ KERNEL_BUGS = {
 }
 
 # Their correct counterparts pass: a 16-bit random number declared as such.
-SR_TOP16_DECLARED = _impl("sr top16, declared", {_E4: sr_top16_encode},
-                          {_E4: {"rounding": ["stochastic"], "sr_bits": ["16"]}})
+SR_TOP16_DECLARED = _impl("sr top16, declared", {_SR4: sr_top16_encode}, {_SR4: {"sr_bits": [16]}})
 FORMAT_NAMES = tuple(FORMATS)

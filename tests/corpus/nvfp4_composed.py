@@ -37,10 +37,39 @@ def _pad(a, bugs):
     return np.concatenate([a, np.zeros((*a.shape[:-1], 16 - a.shape[-1] % 16), a.dtype)], axis=-1)
 
 
-def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, rounding="nearest_even",
-             rbits=None, bugs=(), rht=False):
-    if rounding != "nearest_even" or rbits is not None:
-        raise ValueError("rounding: only nearest_even here")
+E2M1_GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def stochastic_e2m1(q, rbits, bugs=()):
+    """E2M1 codes of q (float32, |q| <= 6) rounded up in magnitude iff the fraction of
+    |q| between its grid neighbours plus R / 256 reaches 1, R the top byte of rbits
+    (in float64, exact for these values). Bugs: 'sr_all_bits' reads all 32 bits,
+    'sr_nearest' ignores the bits."""
+    a = np.abs(q.astype(np.float64))
+    i = np.clip(np.searchsorted(E2M1_GRID, a, side="right") - 1, 0, 6)
+    lo, hi = E2M1_GRID[i], E2M1_GRID[i + 1]
+    frac = (a - lo) / (hi - lo)
+    if "sr_all_bits" in bugs:
+        r = rbits.astype(np.float64) / 2.0**32
+    else:
+        r = (rbits >> 24).astype(np.float64) / 256
+    up = frac + r >= 1
+    mag = np.where(a >= 6, 6.0, np.where(up, hi, lo))
+    if "sr_nearest" in bugs:
+        mag = np.abs(q).astype(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    out = np.copysign(mag, q).astype(F)
+    return out.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+
+
+def quantize_stochastic(x, rbits, recipe="transformer_engine", tile_2d=False, rht=False, bugs=()):
+    """quantize's scales, then the elements rounded by the top byte of each random word."""
+    rbits = np.asarray(rbits)
+    if rbits.dtype != np.uint32 or rbits.shape != np.shape(x):
+        raise ValueError("rbits: uint32, one per element of x")
+    return quantize(x, recipe=recipe, tile_2d=tile_2d, rht=rht, bugs=bugs, rbits=rbits)
+
+
+def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, bugs=(), rht=False, rbits=None):
     x = np.asarray(x)
     if x.dtype not in ((F,) if "no_float16" in bugs else (F, np.float16)):
         raise TypeError("x: float32 or float16")
@@ -88,7 +117,10 @@ def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, ro
                 r = np.where(d == 0, F(0), F(1) / d)
             q = x.reshape(*b.shape, 16) * F(r)[..., None] if np.ndim(r) == 0 else x.reshape(*b.shape, 16) * r[..., None]
         q = np.clip(q, F(-6), F(6)).reshape(x.shape)
-        codes = q.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+        if rbits is None:
+            codes = q.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
+        else:
+            codes = stochastic_e2m1(q, rbits.reshape(q.shape), bugs)
     sb = np.asarray(sb)
     scales = sb.view(np.uint8) if sb.dtype == ml_dtypes.float8_e4m3fn else _e4m3(sb).view(np.uint8)
     return codes[..., :n], scales, F(g)

@@ -13,14 +13,14 @@ from types import SimpleNamespace
 import numpy as np
 
 from ref.formats.minifloat import encode, get_format
+from ref.formats.stochastic import encode_stochastic
 
 
 def exact_pcg(x, *, seed, fmt, sr_bits=32, overflow=None, nan="max", read_bits=None):
-    """The exact oracle (encode with explicit random bits), bits from PCG64(seed).
+    """The exact oracle (encode_stochastic: explicit random bits), bits from PCG64(seed).
     `read_bits` (a bug): read only that many top bits, whatever sr_bits declares."""
     rbits = np.random.default_rng(seed).integers(0, 1 << 32, np.shape(x), dtype=np.uint64).astype(np.uint32)
-    return encode(x, fmt, rounding="stochastic", rbits=rbits, sr_bits=read_bits or sr_bits,
-                  overflow=overflow, nan=nan)
+    return encode_stochastic(x, fmt, rbits, sr_bits=read_bits or sr_bits, overflow=overflow, nan=nan)
 
 
 def _quantum(a: np.ndarray, fmt: str) -> np.ndarray:

@@ -32,15 +32,19 @@ def _table(name):
     return np.array(mags), codes[: len(mags)]
 
 
-def encode(x, fmt, rounding="nearest_even", overflow=None, nan="max", rbits=None, negative="nan", sr_bits="32",
-           bugs=()):
-    if rbits is not None:
-        if np.asarray(rbits).dtype != np.uint32:
-            raise ValueError("rbits: uint32 expected")
-        drop = 32 - int(sr_bits)
-        rbits = np.asarray(rbits) // (1 << drop) * (1 << drop)  # keep the top sr_bits
+def encode(x, fmt, rounding="nearest_even", overflow=None, nan="max", negative="nan", bugs=()):
     with np.errstate(all="ignore"):
-        return _encode(x, fmt, rounding, overflow, nan, rbits, negative, bugs)
+        return _encode(x, fmt, rounding, overflow, nan, None, negative, bugs)
+
+
+def encode_stochastic(x, rbits, fmt, sr_bits=32, overflow=None, nan="max", negative="nan", bugs=()):
+    """Stochastic rounding: up iff (|x| - lo) / (hi - lo) + rbits / 2^32 >= 1, in float64."""
+    if np.asarray(rbits).dtype != np.uint32:
+        raise ValueError("rbits: uint32 expected")
+    drop = 32 - int(sr_bits)
+    rbits = np.asarray(rbits) // (1 << drop) * (1 << drop)  # keep the top sr_bits
+    with np.errstate(all="ignore"):
+        return _encode(x, fmt, "stochastic", overflow, nan, rbits, negative, bugs)
 
 
 def _encode(x, fmt, rounding, overflow, nan, rbits, negative, bugs):

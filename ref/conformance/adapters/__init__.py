@@ -17,12 +17,39 @@ NumPy has no FP8 or FP4 dtypes, so low-precision tensors cross as their raw bits
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["as_native", "as_numpy", "wrap"]
+__all__ = ["DEFAULT", "as_native", "as_numpy", "shipped_xfails", "wrap"]
+
+# What `python -m ref conform` and the pytest plugin judge when no implementation is named.
+DEFAULT = "ref.conformance.adapters.default"
+
+
+def shipped_xfails(spec: str) -> Path | None:
+    """The expected failures an implementation module ships: the path in its `XFAILS`
+    attribute, else `name.xfails` beside `name.py`; None when it ships none (or the
+    module cannot be found: loading it names that problem)."""
+    module_name = spec.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin:
+        return None
+    beside = Path(found.origin).with_suffix(".xfails")
+    if beside.is_file():
+        return beside
+    try:
+        declared = getattr(importlib.import_module(module_name), "XFAILS", None)
+    except Exception:  # noqa: BLE001 - loading the implementation reports it properly
+        return None
+    return Path(declared) if declared is not None and Path(declared).is_file() else None
 
 
 def as_native(a: np.ndarray) -> np.ndarray:

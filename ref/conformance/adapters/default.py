@@ -1,12 +1,17 @@
 """The bundled default implementation `python -m ref conform` runs with no --impl:
 ml_dtypes' C++ casts for the element formats (a real third-party library, with its
 known deviations listed in ml_dtypes_casts.xfails) and the float32 NumPy attention
-kernels of `numpy_attention` for the bounded attention ops."""
+kernels of `numpy_attention` (written independently of the oracles) for the bounded
+attention ops. `ref.conformance.adapters.DEFAULT` names this module for the command
+line and the pytest plugin; `XFAILS` is its expected failures (the casts')."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ref.conformance.adapters import ml_dtypes_casts, numpy_attention
 
+XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = f"{ml_dtypes_casts.NAME} casts + {numpy_attention.NAME}"
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {**ml_dtypes_casts.OPS, **numpy_attention.OPS}

@@ -11,10 +11,10 @@ only float32/float16 inputs are declared. torch has no unpacked FP4/FP6 dtypes.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ref.conformance.adapters import as_native
+from ref.conformance.adapters._casts import cast_ops
 
 NAME = "torch casts"
 VERSION = torch.__version__
@@ -30,32 +30,17 @@ _TYPES = {
 }
 
 
-def _encoder(dtype):
+def _to_codes(x, dtype):
     bits = torch.uint16 if dtype.itemsize == 2 else torch.uint8
-
-    def encode(x, **variant):
-        if x.dtype.kind != "f":
-            raise TypeError(f"x: expected floats, got {x.dtype}")
-        return torch.from_numpy(as_native(x)).to(dtype).view(bits).numpy()
-
-    return encode
+    return torch.from_numpy(as_native(x)).to(dtype).view(bits).numpy()
 
 
-def _decoder(dtype):
+def _to_values(codes, dtype):
     bits = torch.uint16 if dtype.itemsize == 2 else torch.uint8
-
-    def decode(codes):
-        if codes.dtype != np.dtype(f"uint{8 * dtype.itemsize}"):
-            raise TypeError(f"codes: expected uint{8 * dtype.itemsize}, got {codes.dtype}")
-        return torch.from_numpy(as_native(codes)).view(bits).view(dtype).float().numpy()
-
-    return decode
+    return torch.from_numpy(as_native(codes)).view(bits).view(dtype).float().numpy()
 
 
-OPS = {}
-for _name, _dtype in _TYPES.items():
-    OPS[f"formats.{_name}.encode"] = _encoder(_dtype)
-    OPS[f"formats.{_name}.decode"] = _decoder(_dtype)
+OPS = cast_ops(_TYPES, to_codes=_to_codes, to_values=_to_values)
 
 DTYPES = {"formats.*.encode": {"x": ["float32", "float16"]}}
 VARIANTS = {

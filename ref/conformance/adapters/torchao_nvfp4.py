@@ -8,8 +8,9 @@ two-level path: `per_tensor_amax_to_scale(max |x|)` (the tensor amax as torchao'
 inference workflow takes it), then `NVFP4Tensor.to_nvfp4`; it declares the
 `torchao_0_17` recipe (torchao 0.17 on). Dequantize is `NVFP4Tensor.dequantize` to
 float32, torchao's `scale_first` order. Tensors are viewed as [-1, n], as torchao's
-linear layers view their inputs. torchao has no 2D tiles, Hadamard transform or
-stochastic rounding, and cannot quantize an empty tensor (the amax of nothing and
+linear layers view their inputs. torchao has no 2D tiles or Hadamard transform (declined),
+no stochastic rounding (formats.nvfp4.quantize_stochastic is not offered), and cannot
+quantize an empty tensor (the amax of nothing and
 to_nvfp4's view with -1 raise; it dequantizes one); those cases are declined
 (NotImplementedError): the formats ops name no flag an xfail could cover random
 examples with. Its departures from the definition (a zero, NaN or
@@ -40,11 +41,11 @@ def _rows(a: np.ndarray, name: str) -> torch.Tensor:
     return torch.from_numpy(as_native(a).reshape(math.prod(a.shape[:-1]), a.shape[-1]))
 
 
-def quantize(x, *, recipe, tile_2d, rht, rounding, rbits=None):
+def quantize(x, *, recipe, tile_2d, rht):
     if x.dtype != np.float32:
         raise TypeError(f"x: expected float32, got {x.dtype}")
-    if tile_2d != "false" or rht != "false" or rounding != "nearest_even":
-        raise NotImplementedError("torchao has no 2D tiles, Hadamard transform or stochastic rounding")
+    if tile_2d or rht:
+        raise NotImplementedError("torchao has no 2D tiles or Hadamard transform")
     t = _rows(x, "x")
     if t.numel() == 0:  # torch.max of nothing raises, and so does to_nvfp4 (a view with -1)
         raise NotImplementedError("x: torchao cannot quantize an empty tensor")
@@ -72,6 +73,6 @@ def dequantize(codes, scales, global_scale, *, recipe, order):
 OPS = {"formats.nvfp4.quantize": quantize, "formats.nvfp4.dequantize": dequantize}
 DTYPES = {"formats.nvfp4.quantize": {"x": ["float32"]}}
 VARIANTS = {
-    "formats.nvfp4.quantize": {"recipe": ["torchao_0_17"]},
+    "formats.nvfp4.quantize": {"recipe": ["torchao_0_17"], "tile_2d": [False], "rht": [False]},
     "formats.nvfp4.dequantize": {"recipe": ["torchao_0_17"], "order": ["scale_first"]},
 }

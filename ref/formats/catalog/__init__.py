@@ -1,6 +1,9 @@
-"""The formats catalog (placeholder on this branch: the formats-element helper owns
-this file and gathers every technique module, stochastic_rng included)."""
+"""The formats area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.formats.ops import FLAGS, OPERATIONS
+from ref.formats.catalog import element, intgroup, layouts, mx, nvfp4, packing, stochastic
+from ref.testing.flags import COMMON
 
-__all__ = ["FLAGS", "OPERATIONS"]
+MODULES = (element, packing, stochastic, mx, nvfp4, intgroup, layouts)
+
+OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
+FLAGS = {**COMMON, **{flag: note for module in MODULES for flag, note in module.FLAGS.items()}}
