@@ -53,7 +53,8 @@ def _entries():
 
 ENTRIES = _entries()
 REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
-              "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"}}
+              "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
+              "stochastic": {"BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
