@@ -147,3 +147,13 @@ def test_the_checks_see_what_they_must():
     assert "_max" in attrs and _is_private("_max") and not _is_private("__init__")
     assert _layer("ref.attention.catalog.attend") == "catalog" and _layer("ref.testing.flags") == "testing"
     assert _layer("ref.cli") == "cli" and _ref_layer("ref.arguments") == "oracle"
+
+
+@pytest.mark.parametrize("kernels", ["numpy_attention", "numpy_stochastic"])
+def test_the_default_implementation_is_not_built_from_the_oracles(kernels):
+    """The bundled default implementation is judged by the oracles, so its own kernels
+    import nothing from ref (ml_dtypes_casts is a third-party library's casts)."""
+    path = ROOT / "conformance" / "adapters" / f"{kernels}.py"
+    imported = [name for name, _, _ in _imports(ast.parse(path.read_text()), f"ref.conformance.adapters.{kernels}",
+                                                False)]
+    assert imported and not [name for name in imported if name.startswith("ref")], imported
