@@ -13,52 +13,33 @@ named failure; NotImplementedError declines the case.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from fnmatch import fnmatchcase
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, seed, settings as hsettings
 from hypothesis import strategies as st
 
-from ref.conformance.report import Entry, Failure, OpReport
+from ref.conformance.hygiene import check_unmodified
+from ref.conformance.judges.arrays import by_flag, settle, verdict
+from ref.conformance.judges.candidate import (BadOutput, CandidateExit, Watch, call_candidate, describe_problem,
+                                              numeric_output, short)
+from ref.conformance.report import Failure, OpReport
 from ref.testing.vector_files import Case, Vector, load_vectors
 from ref.testing.statistical import Fit, StatisticalOp, check_level, fit, seeds
 
 __all__ = ["RERUN_NOTE", "judge_case", "run_op"]
 
-Watch = Callable[[str, str, tuple], None]
-
-
 class _Declined(Exception):
     """The candidate raised NotImplementedError: the case is not supported."""
 
 
-class _Exit(Exception):
-    """The candidate raised SystemExit or another BaseException: a failure, not the end of the run."""
-
-
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) < 400 else text[:400] + "..."
-
-
 def _call(fn, kwargs: dict[str, Any], watch: Watch | None, at: tuple[str, tuple]) -> Any:
-    """fn(**kwargs); an exit becomes a described Exception, KeyboardInterrupt stops the run."""
-    if watch:
-        watch("call", *at)
+    """call_candidate, with NotImplementedError turned into the decline signal."""
     try:
-        return fn(**kwargs)
+        return call_candidate(fn, kwargs, watch=watch, at=at)
     except NotImplementedError:
         raise _Declined() from None
-    except BaseException as exc:
-        if isinstance(exc, (Exception, KeyboardInterrupt)):
-            raise
-        raise _Exit(f"the implementation raised {_short(exc)} (it must raise an Exception, "
-                           f"not end the process)") from None
-    finally:
-        if watch:
-            watch("back", *at)
 
 
 class _Bad(Exception):
@@ -70,19 +51,14 @@ def _sample(fn, case: Case, seed_: int, shape, dtype, watch, at) -> np.ndarray:
     inputs = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
     try:
         raw = _call(fn, {**inputs, "seed": seed_, **case.params}, watch, at)
+        check_unmodified(inputs, case.inputs)
+        if isinstance(raw, (list, dict, str, bytes)):
+            raise BadOutput(f"expected one array of samples, got a {type(raw).__name__}")
+        out = numeric_output(raw)
     except _Declined:
         raise
-    except _Exit as exc:
-        raise _Bad(str(exc)) from None
-    except Exception as exc:
-        raise _Bad(f"raised {_short(exc)}") from None
-    for name, arr in inputs.items():
-        original = np.asarray(case.inputs[name])
-        if arr.shape != original.shape or arr.tobytes() != np.ascontiguousarray(original).tobytes():
-            raise _Bad(f"the implementation modified its input {name!r} in place")
-    if isinstance(raw, (tuple, list, dict, str, bytes)) or raw is None:
-        raise _Bad(f"expected one array of samples, got {'None' if raw is None else 'a ' + type(raw).__name__}")
-    out = np.asarray(raw)
+    except Exception as exc:  # a crash, an exit, a modified input or an unusable output
+        raise _Bad(describe_problem(exc)) from None
     if out.dtype != dtype or out.shape != shape:
         raise _Bad(f"expected samples of dtype {dtype} and shape {shape}, got {out.dtype} {out.shape}")
     return out
@@ -138,21 +114,6 @@ def _among(value: Any, values: Sequence[Any]) -> bool:
     return any(type(v) is type(value) and v == value for v in values)
 
 
-def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfails: Sequence[Entry],
-            flags: Sequence[str] = ()) -> None:
-    expected_fail = [e for e in xfails if e.matches(op, part, flags)]
-    if failure is None:
-        if part.isdigit():
-            report.vectors_passed += 1
-        if expected_fail and expected_fail[0].part == part and part != "properties":
-            report.failures.append(Failure(part, "listed as xfail but passed (strict)", (), {},
-                                           expected_fail[0].reason))
-    elif expected_fail:
-        report.xfailed.append(failure)
-    else:
-        report.failures.append(failure)
-
-
 def _vector_case(v: Vector, supported: Mapping[str, Sequence[Any]], dtypes) -> Case | None:
     """The vector's call under this implementation's variants, or None to skip it."""
     params = dict(v.params)
@@ -206,7 +167,7 @@ def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch
             continue
         report.vectors_run += 1
         failure = None if problem is None else Failure(at[0], v.comment, v.flags, dict(case.params), problem)
-        _settle(report, failure, name, str(v.id), xfails, v.flags)
+        settle(report, failure, name, str(v.id), xfails, v.flags)
         if stop_at_failure and report.failures:
             break
 
@@ -217,14 +178,14 @@ def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch
         report.notes.append(f"{report.unsupported} cases declined with NotImplementedError (features not provided)")
     report.notes.append(f"{checks} checks of {op.calls} calls each at level {level:.3g} per check "
                         f"(false-alarm rate {op.false_alarm:g} per run, confirmed by a re-run)")
-    report.verdict = _verdict(report, [e for e in xfails if e.matches(name, "*") and e.part == "*"])
+    report.verdict = verdict(report, [e for e in xfails if e.matches(name, "*") and e.part == "*"])
 
 
 def _check(op, fn, case, expected, level, base, check, report, watch, at) -> str | None:
     try:
         expected = expected if expected is not None else op.distribution(case.inputs, case.params)
     except Exception as exc:
-        return f"the oracle raised {_short(exc)} on this case (a defect of the suite: please report it)"
+        return f"the oracle raised {short(exc)} on this case (a defect of the suite: please report it)"
     first, rerun = judge_case(op, fn, case, expected, level, base, check, watch, at)
     _record(report, first, rerun)
     return _verdict_detail(first, rerun)
@@ -235,15 +196,11 @@ def _rejects(op, fn, case: Case, base: int, watch, at) -> str | None:
     try:
         _call(fn, {**{k: np.array(v, copy=True) for k, v in case.inputs.items()}, "seed": base, **case.params},
               watch, at)
-    except _Exit as exc:
+    except CandidateExit as exc:
         return str(exc)
     except Exception:  # any rejection counts (NotImplementedError too): the input must not be processed
         return None
     return "accepted an input the spec says is invalid"
-
-
-def _by_flag(entries, op: str, flags) -> bool:
-    return any(e.part in flags and fnmatchcase(op, e.op) for e in entries)
 
 
 def _run_properties(op, fn, examples, base, level, counter, report, xfails, skips, supported, dtypes, watch):
@@ -261,7 +218,7 @@ def _run_properties(op, fn, examples, base, level, counter, report, xfails, skip
         if not _accepts(case, dtypes):
             return
         flags = tuple(op.case_flags(case)) if op.case_flags else ()
-        if _by_flag(skips, op.name, flags):
+        if by_flag(skips, op.name, flags):
             return
         at = (f"property example {state['count'] + 1}", flags)
         try:
@@ -274,7 +231,7 @@ def _run_properties(op, fn, examples, base, level, counter, report, xfails, skip
             return
         failure = Failure("property", f"example {state['count']} (not shrunk): {_describe(case)}", flags,
                           dict(case.params), problem)
-        if _by_flag(xfails, op.name, flags):
+        if by_flag(xfails, op.name, flags):
             if flags not in xfailed_flags:
                 xfailed_flags.add(flags)
                 report.xfailed.append(failure)
@@ -284,9 +241,9 @@ def _run_properties(op, fn, examples, base, level, counter, report, xfails, skip
     try:
         prop()
     except Exception as exc:  # a strategy or hypothesis error: still a named failure
-        state["failure"] = state["failure"] or Failure("property", "drawing an example raised", (), {}, _short(exc))
+        state["failure"] = state["failure"] or Failure("property", "drawing an example raised", (), {}, short(exc))
     report.examples += state["count"]
-    _settle(report, state["failure"], op.name, "properties", xfails)
+    settle(report, state["failure"], op.name, "properties", xfails)
 
 
 def _describe(case: Case) -> str:
@@ -297,16 +254,3 @@ def _describe(case: Case) -> str:
         shown = np.array2string(values[:8], precision=17) + (" ..." if values.size > 8 else "")
         parts.append(f"{name}: {arr.dtype}{list(arr.shape)}, distinct values {shown}")
     return ", ".join(parts)
-
-
-def _verdict(report: OpReport, whole_xfail: Sequence[Entry]) -> str:
-    if report.unsupported and not report.compared and not report.failures:
-        return "skipped"
-    if report.failures:
-        return "fail"
-    if whole_xfail and not report.xfailed:
-        report.failures.append(Failure("op", "listed as xfail but passed (strict)", (), {}, whole_xfail[0].reason))
-        return "fail"
-    if report.xfailed:
-        return "xfail"
-    return "pass"
