@@ -23,6 +23,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
+from ref.conformance.judges.arrays import settle
+from ref.conformance.judges.candidate import Watch, call_candidate, short
 from ref.conformance.report import Entry, Failure, OpReport
 from ref.testing.vector_files import golden_dir
 from ref.testing.renaming import Renaming
@@ -30,7 +32,6 @@ from ref.testing.stateful import REFUSALS, StatefulOp, Trace, as_json, build_tra
 
 __all__ = ["Divergence", "Lockstep", "run_op"]
 
-Watch = Callable[[str, str, tuple], None]
 REFUSED = object()  # the expected outcome of a step the oracle refuses
 ASK = object()  # the expected outcome comes from the oracle object itself
 
@@ -46,11 +47,6 @@ class Divergence(Exception):
 
 class Declined(Exception):
     """The candidate raised NotImplementedError: a feature it does not provide."""
-
-
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) < 300 else text[:300] + "..."
 
 
 def _text(value: Any) -> str:
@@ -77,18 +73,7 @@ class Lockstep:
 
     def _candidate(self, fn: Callable, kwargs: Mapping[str, Any]) -> Any:
         """fn(**kwargs); SystemExit and its kin are an Exception here, not the end."""
-        if self.watch:
-            self.watch("call", *self.at)
-        try:
-            return fn(**kwargs)
-        except BaseException as exc:
-            if isinstance(exc, (Exception, KeyboardInterrupt)):
-                raise
-            raise RuntimeError(f"the implementation raised {_short(exc)} (it must raise an Exception, "
-                               f"not end the process)") from None
-        finally:
-            if self.watch:
-                self.watch("back", *self.at)
+        return call_candidate(fn, dict(kwargs), watch=self.watch, at=self.at)
 
     def start(self, params: Mapping[str, Any], *, refused: Any = ASK) -> None:
         """Build both objects from `params` (`refused`: True when the params must be
@@ -111,7 +96,7 @@ class Lockstep:
             self._diverge("construction", "refused (the params are invalid)",
                           f"built an object from {_text(dict(params))}")
         if not oracle_refuses and problem is not None:
-            self._diverge("construction", "an object", f"raised {_short(problem)}")
+            self._diverge("construction", "an object", f"raised {short(problem)}")
 
     def step(self, method: str, args: Mapping[str, Any], expected: Any = ASK) -> None:
         """Apply one step to both objects; `expected`: the stored observation, REFUSED,
@@ -123,9 +108,9 @@ class Lockstep:
             seen = self.op.observe(method, getattr(self.model, method)(**copy.deepcopy(dict(args))))
         except REFUSALS as exc:
             seen = REFUSED
-            why = _short(exc)
+            why = short(exc)
         except Exception as exc:
-            raise RuntimeError(f"the oracle raised {_short(exc)} at step {number} ({_call_text(method, args)}): "
+            raise RuntimeError(f"the oracle raised {short(exc)} at step {number} ({_call_text(method, args)}): "
                                f"a defect of the suite, please report it") from None
         expected = seen if expected is ASK else expected
         mine = copy.deepcopy(self.renaming.translate(method, args))
@@ -146,12 +131,12 @@ class Lockstep:
             self.history.append(f"{number}. {call} -> refused ({type(failed).__name__})")
             return
         if failed is not None:
-            self._diverge(f"step {number}: {call}", _text(expected), f"raised {_short(failed)}")
+            self._diverge(f"step {number}: {call}", _text(expected), f"raised {short(failed)}")
         try:
             observation = self.op.observe(method, returned)
         except Exception as exc:
             self._diverge(f"step {number}: {call}", _text(expected), f"returned {_text(returned)}, not an "
-                          f"observation ({_short(exc)})")
+                          f"observation ({short(exc)})")
         if self.report is not None:
             self.report.compared += 1
         problem = self.renaming.compare(method, expected, observation)
@@ -170,7 +155,7 @@ class Lockstep:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            return f"(the snapshot raised {_short(exc)})"
+            return f"(the snapshot raised {short(exc)})"
 
     def _diverge(self, where: str, expected: str, actual: str, difference: str = "") -> None:
         lines = [f"first divergence at {where}", f"  expected: {expected}", f"  actual:   {actual}"]
@@ -227,9 +212,9 @@ def _replay(op, fn, supported, settings, report: OpReport, watch) -> None:
             failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params), str(d))
         except Exception as exc:  # the stored trace or the oracle: still a named failure
             failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params),
-                              f"could not be checked: {_short(exc)}")
+                              f"could not be checked: {short(exc)}")
         report.vectors_run += 1
-        _settle(report, failure, op.name, part, settings.xfails, t.flags)
+        settle(report, failure, op.name, part, settings.xfails, t.flags)
 
 
 def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
@@ -281,36 +266,21 @@ def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
     except Exception as exc:
         failure = state["failure"]
         if failure is None:
-            failure = Failure("property", f"{state['stage']} raised", (), {}, _short(exc))
+            failure = Failure("property", f"{state['stage']} raised", (), {}, short(exc))
         elif not isinstance(exc, AssertionError):  # e.g. Flaky: the divergence did not repeat
-            failure.detail += f"\n      (then {_short(exc)})"
+            failure.detail += f"\n      (then {short(exc)})"
     report.examples += max(state["traces"], 0)
     report.unsupported += state["unsupported"]
-    _settle(report, failure, op.name, "properties", chosen.xfails)
+    settle(report, failure, op.name, "properties", chosen.xfails)
 
 
 def _among(value: Any, values: Sequence[Any]) -> bool:
     return any(type(value) is type(v) and value == v for v in values)
 
 
-def _settle(report: OpReport, failure: Failure | None, op: str, part: str, xfails: Sequence[Entry],
-            flags: Sequence[str] = ()) -> None:
-    """Count a check's outcome; an xfail entry naming exactly a trace id that passes
-    is a failure (strict)."""
-    expected_fail = [e for e in xfails if e.matches(op, part, flags)]
-    if failure is None:
-        if part.isdigit():
-            report.vectors_passed += 1
-        if expected_fail and expected_fail[0].part == part and part != "properties":
-            report.failures.append(Failure(part, "listed as xfail but passed (strict)", (), {},
-                                           expected_fail[0].reason))
-    elif expected_fail:
-        report.xfailed.append(failure)
-    else:
-        report.failures.append(failure)
-
-
 def _verdict(report: OpReport, whole_xfail: Sequence[Entry]) -> str:
+    """As the array kinds' verdict, except that a trace refused at its params (nothing
+    compared, yet checked) counts against "skipped"; no acceptable differences here."""
     if report.unsupported and not report.compared and not report.failures and not report.vectors_passed:
         return "skipped"
     if report.failures:
