@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ref.formats import FORMATS, decode, encode
 from ref.testing.compare import compare_codes, compare_exact, compare_values
 from ref.testing.strategies import realistic_arrays
-from ref.testing.ulp import bits_to_str, ordinal, ulp_distance, values_to_codes
+from ref.testing.ulp import bits_to_str, ordinal, ulp_distance
 
 NAMES = list(FORMATS)
 
@@ -118,12 +118,6 @@ def test_exact_comparator_for_plain_integers():
     cmp = compare_exact(np.uint8([0x21, 0x43]), np.uint8([0x12, 0x43]))
     assert not cmp.ok and cmp.first.expected_bits == "00100001" and cmp.first.actual_bits == "00010010"
     assert "int32" in compare_exact(np.uint8([1]), np.int32([1])).problem
-
-
-def test_values_to_codes_and_its_error():
-    assert values_to_codes(np.float32([1.0]), "float32").tolist() == [0x3F800000]
-    with pytest.raises(TypeError, match="values"):
-        values_to_codes(np.float64([1.0]), "float32")
 
 
 def test_compare_parts_names_the_failing_output():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ref.conformance.catalog import discover
 from ref.formats import FORMATS, decode, encode, encode_stochastic
-from ref.formats.catalog.stochastic import SR_WIDTHS
+from ref.formats.stochastic import SR_WIDTHS
 from ref.formats.minifloat import truncate
 from ref.formats.stochastic import carries
 

@@ -38,10 +38,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer, member
 from ref.formats.minifloat import FORMATS, FloatFormat, NanPolicy, Overflow, decode, get_format
+from ref.formats.stochastic import SR_WIDTHS
 
 __all__ = ["SR_FORMATS", "SR_WIDTHS", "sr_distribution", "step_probability"]
 
-SR_WIDTHS = (32, 16, 13, 8)  # random bits per element: ideal; PTX cvt.rs for FP8/FP6/bf16, f16, E2M1
 # The signed element formats narrower than float32 (E8M0, unsigned scales only, has no stochastic cvt).
 SR_FORMATS = tuple(name for name, f in FORMATS.items() if f.signed)
 

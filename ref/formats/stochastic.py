@@ -33,7 +33,10 @@ from ref.formats.minifloat import (
     truncate,
 )
 
-__all__ = ["carries", "encode_stochastic"]
+__all__ = ["SR_WIDTHS", "carries", "encode_stochastic"]
+
+# Random bits per element: 32 (ideal), 16 (PTX cvt.rs for FP8, FP6, bfloat16), 13 (float16), 8 (E2M1).
+SR_WIDTHS = (32, 16, 13, 8)
 
 
 def encode_stochastic(

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.formats.minifloat import FloatFormat, get_format
 
-__all__ = ["bits_to_str", "ordinal", "ulp_distance", "values_to_codes"]
+__all__ = ["bits_to_str", "ordinal", "ulp_distance"]
 
 
 def ordinal(codes: ArrayLike, fmt: str | FloatFormat) -> NDArray[np.int64]:
@@ -36,15 +36,6 @@ def ulp_distance(a: ArrayLike, b: ArrayLike, fmt: str | FloatFormat) -> NDArray[
     d = np.abs(ordinal(a, f) - ordinal(b, f)).astype(np.float64)
     d = np.where(nan_a != nan_b, np.inf, d)
     return np.where(nan_a & nan_b, 0.0, d)
-
-
-def values_to_codes(values: ArrayLike, fmt: str) -> NDArray:
-    """Bit patterns of float32/float64 arrays, for ULP arithmetic on them."""
-    values = np.asarray(values)
-    f = get_format(fmt)
-    if values.dtype.itemsize * 8 != f.nbits or values.dtype.kind != "f":
-        raise TypeError(f"values: expected a {fmt} array, got dtype {values.dtype}")
-    return values.view(f.code_dtype)
 
 
 def bits_to_str(code: int, fmt: str | FloatFormat) -> str:

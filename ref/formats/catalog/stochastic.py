@@ -21,14 +21,14 @@ from hypothesis.extra import numpy as hnp
 from ref.formats.catalog.element import AREA, LARGE, large_values, policy_variants
 from ref.formats.catalog.element_vectors import EncodeVectors, random_magnitudes, tie_probe
 from ref.formats.minifloat import FORMATS, FloatFormat, decode, encode
-from ref.formats.stochastic import encode_stochastic
+from ref.formats.stochastic import SR_WIDTHS, encode_stochastic
 from ref.testing.catalog_types import ExactOp, Flag, Variant, seed_for
 from ref.testing.compare import compare_codes
 from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.params import variant_params
 from ref.testing.strategies import edge_values, element_inputs, rounding_ties, spread, variant_grid
 
-__all__ = ["FLAGS", "OPERATIONS", "SR_WIDTHS", "sr_boundary"]
+__all__ = ["FLAGS", "OPERATIONS", "sr_boundary"]
 
 FLAGS = {
     "StochasticRounding": Flag("random bits added at the wrong position or carried wrongly",
@@ -37,7 +37,6 @@ FLAGS = {
                        "the carry happens one random step late or early: a bias of 2^-16 or more"),
 }
 
-SR_WIDTHS = (32, 16, 13, 8)
 F32 = np.float32
 
 
