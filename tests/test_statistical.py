@@ -24,8 +24,8 @@ from ref.formats.minifloat import get_format
 from ref.formats.stochastic import encode_stochastic
 from ref.formats.sr_distribution import SR_FORMATS, sr_distribution, step_probability
 from ref.conformance.regenerate import build_vectors
-from ref.testing.statistical import (StatisticalOp, binomial_pvalue, check_level, classes, fit, multinomial_pvalue,
-                                     seeds)
+from ref.testing.statistical import (StatisticalOp, binomial_pvalue, check_level, classes, dispersion_pvalue, fit,
+                                     multinomial_pvalue, neighbour_groups, seeds)
 
 OPS = {op.name.split(".")[1]: op for op in OPERATIONS}
 DEEP = os.environ.get("HYPOTHESIS_PROFILE") == "deep"
@@ -202,6 +202,30 @@ def test_the_exact_binomial_test_holds_its_level():
     runs, level = 400 if not DEEP else 20000, 0.05
     rejected = sum(not fit(outcomes, p, _draw(p, outcomes, 16, rng), level).ok for _ in range(runs))
     assert rejected / runs <= level + 3 * math.sqrt(level * (1 - level) / runs)
+
+
+@pytest.mark.parametrize("n,p", [(20, 0.5), (170, 2.0**-4), (2560, 2.0**-8)])
+def test_the_dispersion_test_holds_its_level_and_sees_shared_random_numbers(n, p):
+    """Per-call counts of groups of independent elements (Binomial(n, p) per group and
+    call) are rejected at most at the stated rate; groups whose elements come in
+    pairs sharing one random number (twice the variance) nearly always; counts that
+    never vary (a stratified stream) always."""
+    rng = np.random.default_rng(5)
+    runs, level, groups = (2000 if not DEEP else 50000), 1e-2, 4
+    sizes = np.full(groups, n)
+    rejected = sum(dispersion_pvalue(rng.binomial(n, p, size=(64, groups)), sizes, p) < level for _ in range(runs))
+    assert rejected / runs <= level + 3 * math.sqrt(level / runs)
+    pairs = [2 * rng.binomial(n // 2, p, size=(64, groups)) for _ in range(200)]
+    assert sum(dispersion_pvalue(c, sizes, p) < 1e-4 for c in pairs) >= 190
+    assert dispersion_pvalue(np.full((64, groups), n * p), sizes, p) < 1e-6
+
+
+def test_neighbour_groups_are_runs_of_at_least_the_needed_size():
+    for n, p in [(40, 0.5), (1000, 0.25), (100000, 0.5), (7, 0.5)]:
+        group = neighbour_groups(np.zeros(n), p)
+        sizes = np.bincount(group)
+        assert np.all(np.diff(group) >= 0) and group[0] == 0 and sizes.size <= 64
+        assert sizes.size == 1 or sizes.min() * p * (1 - p) >= 10
 
 
 def test_statistical_op_declaration_is_checked():

@@ -22,6 +22,7 @@ ref.testing.stateful writes it (`trace_document`) and replays a stored one
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -128,21 +129,22 @@ def build_vectors(op: Operation, specs: Sequence[VectorSpec] | None = None) -> l
 def _free_axes(op: Operation, spec: VectorSpec, values: Mapping[str, Sequence[Any]], expected) -> dict[str, Any]:
     """Pin the axes the output depends on; the rest stay absent from the params.
 
-    Starting from every axis the spec does not set, the output is computed under
-    the whole product of their values; while any applicable combination differs,
-    the first axis is pinned to its default (its first value) and the rest retried.
+    Of the axes the spec does not set, the smallest set (the first in declaration
+    order among sets of one size) whose defaults make the output the same under every
+    combination of the other axes' values is pinned: an axis the output does not
+    depend on stays free even when it is declared first, so an implementation that
+    supports only other values of it still runs the vector.
     """
     free = [a for a in values if a not in spec.case.params]
-    pinned: dict[str, Any] = {}
-    while free:
-        combos = [{}]
-        for axis in free:
-            combos = [{**c, axis: v} for c in combos for v in values[axis]]
-        if all(_same(op, spec, {**pinned, **c}, expected) for c in combos):
-            break
-        pinned[free[0]] = values[free[0]][0]
-        free = free[1:]
-    return pinned
+    for size in range(len(free) + 1):
+        for chosen in itertools.combinations(free, size):
+            pinned = {a: values[a][0] for a in chosen}
+            combos = [{}]
+            for axis in (a for a in free if a not in chosen):
+                combos = [{**c, axis: v} for c in combos for v in values[axis]]
+            if all(_same(op, spec, {**pinned, **c}, expected) for c in combos):
+                return pinned
+    return {a: values[a][0] for a in free}
 
 
 def _same(op: Operation, spec: VectorSpec, params, expected) -> bool:

@@ -113,7 +113,8 @@ def sr_distribution(
 
     table = _magnitudes(f.name)
     top = table[-1] + f.ulp_at_max  # where the step past max lands
-    a = np.abs(x.astype(np.float64)).reshape(-1)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet NaN
+        a = np.abs(x.astype(np.float64)).reshape(-1)
     finite = np.isfinite(a)
     a0 = np.where(finite, a, 0.0)
     below = np.minimum(np.searchsorted(table, a0, side="right") - 1, table.size - 1)  # lo's magnitude code

@@ -38,7 +38,8 @@ from scipy import stats
 
 from ref.testing.catalog_types import Kind, Operation
 
-__all__ = ["Fit", "StatisticalOp", "binomial_pvalue", "check_level", "classes", "fit", "multinomial_pvalue",
+__all__ = ["DISPERSION_MARGIN", "DISPERSION_MIN_VARIANCE", "Fit", "StatisticalOp", "binomial_pvalue", "check_level",
+           "classes", "dispersion_pvalue", "fit", "multinomial_pvalue", "neighbour_groups",
            "same_value", "seeds", "stray"]
 
 
@@ -216,7 +217,8 @@ def fit(outcomes: np.ndarray, probabilities: np.ndarray, samples: np.ndarray, le
     live = [c for c in range(rows.shape[0]) if rows[c].max() < 1.0]
     if not live:
         return Fit(True, "", 1.0, level, 0)
-    tests = len(live) + 1
+    spread = [c for c in live if _dispersion_applies(rows[c], int((label == c).sum()))]
+    tests = len(live) + 1 + len(spread)
     per_test = level / tests
     counts = matched.sum(axis=0)  # [..., K]: how often each element took each outcome
     worst = (1.0, "")
@@ -230,6 +232,17 @@ def fit(outcomes: np.ndarray, probabilities: np.ndarray, samples: np.ndarray, le
             expected = ", ".join(f"{n * q:.6g}" for q in rows[c])
             worst = (pv, f"class {_describe_row(rows[c])} ({int(members.sum())} elements x {calls} calls): "
                          f"counts ({shown}), expected ({expected}); p-value {pv:.3g}")
+    for c in spread:
+        members = label == c
+        q1 = float(rows[c][1])
+        steps = matched[:, members, 1]  # [calls, n]: which members stepped, in memory order
+        group = neighbour_groups(steps[0], q1)
+        counts = np.stack([np.bincount(group, weights=row, minlength=group.max() + 1) for row in steps])
+        pv = dispersion_pvalue(counts, np.bincount(group), q1)
+        if pv < worst[0]:
+            worst = (pv, f"class {_describe_row(rows[c])} ({int(members.sum())} elements in {counts.shape[1]} "
+                         f"groups of neighbours): the step counts per call and group spread unlike independent "
+                         f"elements (are random numbers shared between neighbours?); p-value {pv:.3g}")
     repeat = _repeat_pvalue(samples, p)
     if repeat < worst[0]:
         worst = (repeat, f"every one of the {calls} calls returned the same values (is the seed ignored?); "
@@ -238,6 +251,48 @@ def fit(outcomes: np.ndarray, probabilities: np.ndarray, samples: np.ndarray, le
     ok = worst[0] > per_test
     detail = "" if ok else f"{worst[1]} < {per_test:.3g} (level {level:.3g} split over {tests} tests)"
     return Fit(ok, detail, adjusted, level, tests)
+
+
+DISPERSION_MIN_VARIANCE = 10.0  # n p (1 - p) of a class's count in one call
+DISPERSION_MARGIN = 4.0  # the approximation's p-values are multiplied by this
+
+
+def _dispersion_applies(row: np.ndarray, members: int) -> bool:
+    """A two-outcome class whose count per call varies enough for the chi-square form."""
+    return row.shape[0] == 2 and members >= 2 and members * row[0] * row[1] >= DISPERSION_MIN_VARIANCE
+
+
+def dispersion_pvalue(counts: np.ndarray, sizes: np.ndarray, p: float) -> float:
+    """Two-sided p-value that per-call counts spread as independent elements make
+    them spread: counts [calls, G] of the steps of G groups of neighbouring elements
+    of one class (sizes [G]), each element stepping with probability p.
+
+    Within one call a group's count is Binomial(size, p) when its elements draw
+    independent random numbers, so sum (c - size p)^2 / (size p q) over calls and
+    groups is close to chi-square with calls x G degrees of freedom. Neighbours
+    sharing a random number (a pair or quad of one `cvt.rs` draw) double it or more; a
+    stratified stream (counts too even) shrinks it. The statistic is moment-matched
+    (a term's variance is 2 + (1 - 6 p q)/(size p q)) and its p-value multiplied by
+    DISPERSION_MARGIN: simulated at size p q >= 10, the matched form rejects at most
+    1.25 times its nominal rate at 10^-4 (tests/test_statistical.py checks its level)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    q = 1.0 - p
+    variance = sizes * p * q  # [G]
+    df = counts.size
+    stat = float((((counts - sizes * p) ** 2) / variance).sum())
+    excess = float(np.mean((1.0 - 6.0 * p * q) / variance))
+    matched = df + (stat - df) * math.sqrt(2.0 / (2.0 + excess))
+    tail = min(float(stats.chi2.sf(matched, df)), float(stats.chi2.cdf(matched, df)))
+    return min(1.0, 2.0 * tail * DISPERSION_MARGIN)
+
+
+def neighbour_groups(members: np.ndarray, p: float, most: int = 64) -> np.ndarray:
+    """Group labels [n] for a class's members (in memory order): up to `most` runs of
+    neighbouring elements, each with size p q >= DISPERSION_MIN_VARIANCE."""
+    n = members.shape[0]
+    groups = max(1, min(most, int(n * p * (1.0 - p) // DISPERSION_MIN_VARIANCE)))
+    return (np.arange(n) * groups) // n
 
 
 def _repeat_pvalue(samples: np.ndarray, p: np.ndarray) -> float:

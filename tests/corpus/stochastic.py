@@ -16,10 +16,14 @@ from ref.formats.minifloat import encode, get_format
 from ref.formats.stochastic import encode_stochastic
 
 
-def exact_pcg(x, *, seed, fmt, sr_bits=32, overflow=None, nan="max", read_bits=None):
+def exact_pcg(x, *, seed, fmt, sr_bits=32, overflow=None, nan="max", read_bits=None, shared=1):
     """The exact oracle (encode_stochastic: explicit random bits), bits from PCG64(seed).
-    `read_bits` (a bug): read only that many top bits, whatever sr_bits declares."""
-    rbits = np.random.default_rng(seed).integers(0, 1 << 32, np.shape(x), dtype=np.uint64).astype(np.uint32)
+    Bugs: `read_bits` reads only that many top bits, whatever sr_bits declares;
+    `shared` > 1 gives each run of that many neighbouring elements one random number
+    (one cvt.rs draw unpacked to a pair or a quad)."""
+    size = int(np.prod(np.shape(x), dtype=np.int64))
+    draws = np.random.default_rng(seed).integers(0, 1 << 32, -(-size // shared), dtype=np.uint64)
+    rbits = np.repeat(draws, shared)[:size].astype(np.uint32).reshape(np.shape(x))
     return encode_stochastic(x, fmt, rbits, sr_bits=read_bits or sr_bits, overflow=overflow, nan=nan)
 
 
@@ -88,6 +92,9 @@ BUGS = {
     "deterministic (round to nearest even)": (nearest, "float8_e5m2", {}, "SrTie"),
     "ignores the seed (every call identical)": (fixed_seed, "float6_e2m3fn", {}, "SrTie"),
     "negative values step toward +Inf": (partial(quantum_philox, bug="signed_floor"), "float16", {}, "SrSign"),
+    "one random number per pair of elements": (partial(exact_pcg, shared=2), "float8_e4m3fn", {}, "SrIndependence"),
+    "one random number per quad of elements": (partial(exact_pcg, shared=4), "float4_e2m1fn", {"sr_bits": [8]},
+                                                "SrIndependence"),
 }
 
 

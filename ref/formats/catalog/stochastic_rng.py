@@ -39,6 +39,9 @@ FLAGS = {
                    "negative values are rounded with the complementary probability"),
     "SrOverflow": Flag("the step past the largest finite value not given the overflow policy",
                        "values just above max never reach Inf, or saturating kernels return Inf"),
+    "SrIndependence": Flag("neighbouring elements share one random number (a pair or quad unpacked from one "
+                           "cvt.rs draw)", "each element is right on its own, but a block's sum swings twice as far: "
+                           "the rounding noise no longer averages out"),
     "SrSubnormal": Flag("subnormal targets flushed, or their quantum taken from the normal range",
                         "tiny values round to zero or to the wrong neighbour"),
 }
@@ -90,15 +93,15 @@ def _vectors(f: FloatFormat) -> list[VectorSpec]:
     specs: list[VectorSpec] = []
 
     def add(comment, flags, x, dtype=np.float64, result="valid", **params):
-        with np.errstate(over="ignore", invalid="ignore"):
-            x = np.asarray(x, dtype=np.float64).astype(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # an array already of dtype keeps its bits (NaN payloads)
+            x = x if isinstance(x, np.ndarray) and x.dtype == dtype else np.asarray(x, dtype=np.float64).astype(dtype)
         specs.append(VectorSpec(comment, tuple(flags), Case({"x": x}, params), result))
 
     lo, q = _neighbours(f)
     sub_lo, sub_q = np.array([0.0, f.min_subnormal]), np.array([f.min_subnormal] * 2)
     last_sub = f.min_normal - f.min_subnormal
-    add("ties: halfway between neighbouring codes, P(away) = 1/2", ["SrTie", "SrSign"], _spread(lo + q / 2),
-        dtype=np.float32)
+    add("ties: halfway between neighbouring codes, P(away) = 1/2", ["SrTie", "SrSign", "SrIndependence"],
+        _spread(lo + q / 2), dtype=np.float32)
     for num, den in ((1, 4), (3, 4), (1, 8), (5, 8)):
         add(f"fraction {num}/{den} of the quantum: P(away) = {num}/{den}", ["SrFraction", "SrSign"],
             _spread(lo + q * num / den), dtype=np.float32)
@@ -109,10 +112,14 @@ def _vectors(f: FloatFormat) -> list[VectorSpec]:
     add("every representable value (both signs): P = 0, it never moves", ["SrExact"], _spread(exact, 4),
         dtype=np.float32)
     for w in SR_WIDTHS:
+        # 2^-W x elements x 64 calls must expect >= ~20 steps for a missing step to be seen: 1536 copies at W=16
         add(f"fraction 2^-{w}: steps with probability exactly 2^-{w} (float64 input)", ["SrWidth", "SrSign"],
-            _spread(lo + np.ldexp(q, -w), 256), sr_bits=w)
+            _spread(lo + np.ldexp(q, -w), 1536 if w == 16 else 256), sr_bits=w)
         add(f"fraction 2^-{w + 1}, below the {w} random bits: never steps (float64 input)", ["SrWidth"],
             _spread(lo + np.ldexp(q, -w - 1), 256), sr_bits=w)
+    for m in (8, 13, 16):
+        add(f"fraction 2^-{m} - 2^-32 at 32 bits: P = 2^-{m} - 2^-32, never steps with only {m} random bits read",
+            ["SrWidth"], _spread(lo + q * (2.0**-m - 2.0**-32), 1536 if m == 16 else 256), sr_bits=32)
     top = f.max_normal + f.ulp_at_max
     for policy in f.overflow_policies():
         add(f"just above max (fractions 1/4, 1/2, 3/4): the step overflows ({policy.value})", ["SrOverflow"],
