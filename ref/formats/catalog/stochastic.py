@@ -104,6 +104,12 @@ def _specials(v: EncodeVectors, rng: np.random.Generator) -> None:
         v.add(f"zeros, NaN, Inf and just past max, every random bit set ({policy})",
               ["SignedZero" if f.signed else "E8M0", "Infinity", "Overflow", "StochasticRounding"], special,
               rbits=ones, overflow=policy)
+    payloads = np.array([0x7F800001, 0xFF800001, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000],
+                        dtype=np.uint32).view(F32)
+    v.add("NaN payloads (only in the low bits; all ones) with every random bit set: NaN, never Inf or a number "
+          "(a bit trick that adds the random bits to NaN carries into Inf or -0)", ["NaN", "NanPayload",
+                                                                                   "StochasticRounding"],
+          payloads, rbits=np.full(payloads.size, 2**32 - 1))
     cube = np.abs(random_magnitudes(f, rng, 48)) if not f.signed else random_magnitudes(f, rng, 48)
     v.add("a 3-d float64 input with its 3-d rbits", ["InputRank"], cube.reshape(2, 3, 8), dtype=np.float64,
           rbits=rng.integers(0, 2**32, (2, 3, 8), dtype=np.uint64))
