@@ -23,10 +23,10 @@ from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
 from ref.formats.minifloat import round_to
 
-_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32, "float64": np.float64}
+ACCEPTED_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16, "float32": np.float32, "float64": np.float64}
 
 
-def _lowp(x, precision):
+def lowp(x, precision):
     return round_to(np.asarray(x, np.float64), precision).astype(np.float32)
 
 
@@ -35,11 +35,11 @@ def _running_sum(terms, precision):
     `precision` (an accumulator register of that type)."""
     acc = np.zeros(terms.shape[:-2] + terms.shape[-1:], np.float32)
     for j in range(terms.shape[-2]):
-        acc = _lowp(acc + terms[..., j, :], precision)
+        acc = lowp(acc + terms[..., j, :], precision)
     return acc
 
 
-def _validate(q, k, v, sinks, mask, causal, window_right, softcap):
+def validate_qkv(q, k, v, sinks, mask, causal, window_right, softcap):
     for name, arr in (("q", q), ("k", k), ("v", v)):
         if np.asarray(arr).dtype.kind != "f":
             raise TypeError(f"{name} must be float")
@@ -60,8 +60,8 @@ def _validate(q, k, v, sinks, mask, causal, window_right, softcap):
 def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
           sink_tokens=0, softcap=0.0, sink_in_lse="included", *, bugs=frozenset(), precision="float32"):
     """Attention one (batch, head) at a time in float32; `bugs` switches faults on."""
-    _validate(q, k, v, sinks, mask, causal, window_right, softcap)
-    q, k, v = (_lowp(x, precision) for x in (q, k, v))
+    validate_qkv(q, k, v, sinks, mask, causal, window_right, softcap)
+    q, k, v = (lowp(x, precision) for x in (q, k, v))
     b_, lq, hq, d = q.shape
     lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     group = hq // hkv
@@ -118,7 +118,7 @@ def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                 z = keys.copy()
                 if sink is not None and "sink not in normalizer" not in bugs:
                     z = z + np.exp(sink - shift)
-                p = e if precision == "float32" else _lowp(e, precision)
+                p = e if precision == "float32" else lowp(e, precision)
                 o = p @ v[b, :, kv]
                 if "P.V in float16" in bugs:
                     o = _running_sum(p[:, :, None] * v[b, None, :, kv], "float16")
@@ -140,7 +140,7 @@ def naive(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                     shift = np.where(np.isneginf(m_keys), 0, m_keys).astype(np.float32)
                     total = np.where(vis, np.exp(s - shift[:, None]), 0).astype(np.float32).sum(axis=1)
                 lse[b, h] = np.where(total == 0, -np.inf, shift + np.log(np.where(total == 0, 1, total)))
-    return round_to(out, precision).astype(_DTYPES[precision]), lse
+    return round_to(out, precision).astype(ACCEPTED_DTYPES[precision]), lse
 
 
 def hf_eager(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
@@ -150,8 +150,8 @@ def hf_eager(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_le
     in float32 (the sink logit as one more column, dropped after), the normalized
     probabilities cast to the dtype, matmul with V. The LSE, which eager attention
     does not return, is the float32 log-sum-exp of the stored scores."""
-    _validate(q, k, v, sinks, mask, causal, window_right, softcap)
-    low = lambda x: _lowp(x, precision)  # noqa: E731
+    validate_qkv(q, k, v, sinks, mask, causal, window_right, softcap)
+    low = lambda x: lowp(x, precision)  # noqa: E731
     q, k, v = low(q), low(k), low(v)
     b_, lq, hq, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
@@ -186,7 +186,7 @@ def hf_eager(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_le
         lse = np.logaddexp(lse_k, low(sinks)[None, :, None]) if sinks is not None and sink_in_lse == "included" \
             else lse_k
     out = low(low(p) @ vv).transpose(0, 2, 1, 3)
-    return round_to(out, precision).astype(_DTYPES[precision]), lse.astype(np.float32)
+    return round_to(out, precision).astype(ACCEPTED_DTYPES[precision]), lse.astype(np.float32)
 
 
 def naive_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, bugs=frozenset(), precision="float32",
@@ -196,7 +196,7 @@ def naive_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=None, *, bugs=frozen
         raise ValueError("bad offsets")
     if cq[-1] != q.shape[0] or ck[-1] != k.shape[0]:
         raise ValueError("offsets do not match the packed lengths")
-    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), _DTYPES[precision])
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[2]), ACCEPTED_DTYPES[precision])
     lse = np.zeros((q.shape[1], q.shape[0]), np.float32)
     for s in range(len(cq) - 1):
         start = 0 if "keys from the batch start" in bugs else ck[s]
@@ -211,7 +211,7 @@ def naive_merge(o_a, lse_a, o_b, lse_b, *, bugs=frozenset(), precision="float32"
         raise ValueError("shapes")
     if np.any(np.asarray(lse_a) == np.inf) or np.any(np.asarray(lse_b) == np.inf):
         raise ValueError("+inf lse")
-    oa, ob = _lowp(o_a, precision), _lowp(o_b, precision)
+    oa, ob = lowp(o_a, precision), lowp(o_b, precision)
     la, lb = np.asarray(lse_a, np.float32), np.asarray(lse_b, np.float32)
     with np.errstate(all="ignore"):
         if "merge without max shift" in bugs:
@@ -229,7 +229,7 @@ def naive_merge(o_a, lse_a, o_b, lse_b, *, bugs=frozenset(), precision="float32"
         lse = np.where(tot == 0, -np.inf, m + np.log(np.where(tot == 0, 1, tot)))
         if "empty partial NaN" in bugs:
             lse = m + np.log(tot)
-    return round_to(o, precision).astype(_DTYPES[precision]), lse.astype(np.float32)
+    return round_to(o, precision).astype(ACCEPTED_DTYPES[precision]), lse.astype(np.float32)
 
 
 def naive_rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, attention_factor="cos_sin",
@@ -252,7 +252,7 @@ def naive_rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=N
         mscale_keys = {"transformers": "vllm_deepseek", "vllm_deepseek": "transformers"}[mscale_keys]
     frequencies = dict(base=base, scaling=scaling, mscale_keys=mscale_keys)
     pos = np.broadcast_to(pos, x.shape[:-2])
-    xs = _lowp(x, precision)
+    xs = lowp(x, precision)
     if "exponent over the head dim" in bugs and r != d:
         inv_full, factor = rope_frequencies(d, **frequencies)
         inv = inv_full[: r // 2]
@@ -262,7 +262,7 @@ def naive_rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=N
         pos = np.broadcast_to(np.arange(pos.shape[-1]) if pos.ndim else pos, pos.shape)
     angle = pos[..., None].astype(np.float32) * inv.astype(np.float32)
     if "angles in bfloat16" in bugs:
-        angle = _lowp(angle, "bfloat16")
+        angle = lowp(angle, "bfloat16")
     cos, sin = np.cos(angle)[..., None, :], np.sin(angle)[..., None, :]
     if attention_factor == "cos_sin" and "attention factor dropped" not in bugs:
         cos, sin = cos * np.float32(factor), sin * np.float32(factor)
@@ -275,7 +275,7 @@ def naive_rope(x, positions, rotary_dim=None, base=None, style="neox", scaling=N
     out = xs.copy()
     out[..., ia] = a * cos - sign * b * sin
     out[..., ib] = b * cos + sign * a * sin
-    return round_to(out, precision).astype(_DTYPES[precision])
+    return round_to(out, precision).astype(ACCEPTED_DTYPES[precision])
 
 
 def hf_rope_bf16(x, positions, rotary_dim=None, base=None, style="neox", scaling=None, attention_factor="cos_sin",
@@ -317,13 +317,13 @@ def naive_mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_b
     if lq > lk or dr % 2 or w_kv_b.shape[1] != r or w_kv_b.shape[0] % h:
         raise ValueError("bad MLA shapes")
     dv = w_kv_b.shape[0] // h - dn
-    w = _lowp(w_kv_b, precision).reshape(h, dn + dv, r)
+    w = lowp(w_kv_b, precision).reshape(h, dn + dv, r)
     w_uk, w_uv = (w[:, dv:], w[:, :dv]) if "value rows first" in bugs else (w[:, :dn], w[:, dn:])
     if "W_UK transposed" in bugs:
-        q_lat = np.einsum("bqhd,hrd->bqhr", _lowp(q_nope, precision), w_uk)
+        q_lat = np.einsum("bqhd,hrd->bqhr", lowp(q_nope, precision), w_uk)
     else:
-        q_lat = np.einsum("bqhd,hdr->bqhr", _lowp(q_nope, precision), w_uk)
-    q_lat = _lowp(q_lat, precision)
+        q_lat = np.einsum("bqhd,hdr->bqhr", lowp(q_nope, precision), w_uk)
+    q_lat = lowp(q_lat, precision)
     rope = dict(base=rope_base, style=rope_style, scaling=rope_scaling, attention_factor="none",
                 precision=precision)
     q_rot = np.asarray(naive_rope(q_pe, np.arange(lq) + lk - lq, **rope), np.float32)
@@ -332,7 +332,7 @@ def naive_mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_b
         kv = np.asarray(naive_rope(entry, np.arange(lk), **rope), np.float32)
     else:
         k_rot = np.asarray(naive_rope(k_pe[:, :, None], np.arange(lk), **rope), np.float32)
-        kv = np.concatenate([_lowp(c_kv, precision)[:, :, None], k_rot], axis=-1)
+        kv = np.concatenate([lowp(c_kv, precision)[:, :, None], k_rot], axis=-1)
     if scale is None:
         m = 1.0
         if rope_scaling and rope_scaling.get("rope_type", rope_scaling.get("type")) == "yarn":
@@ -340,10 +340,10 @@ def naive_mla(q_nope, q_pe, c_kv, k_pe, w_kv_b, causal=False, scale=None, rope_b
                 if rope_scaling.get("mscale_all_dim") else 1.0
         width = r + dr if "scale over the latent width" in bugs else dn + dr
         scale = width**-0.5 * (m if "mscale once" in bugs else m * m)
-    o_lat, lse = naive(np.concatenate([q_lat, q_rot], -1), kv, _lowp(c_kv, precision)[:, :, None], scale=scale,
+    o_lat, lse = naive(np.concatenate([q_lat, q_rot], -1), kv, lowp(c_kv, precision)[:, :, None], scale=scale,
                        causal=causal, precision=precision)
     out = np.einsum("bqhr,hvr->bqhv", np.asarray(o_lat, np.float32), w_uv)
-    return round_to(out, precision).astype(_DTYPES[precision]), lse
+    return round_to(out, precision).astype(ACCEPTED_DTYPES[precision]), lse
 
 
 ALL = {"sink_in_lse": ["included", "excluded"]}
@@ -367,7 +367,7 @@ def naive_impl(precision="float32", bugs=frozenset(), name=None):
 def tiled_impl(precision, block_q, block_k):
     def attend(**kw):
         o, lse = attend_tiled(**kw, block_q=block_q, block_k=block_k, precision=precision)
-        return o.astype(_DTYPES[precision]), lse.astype(np.float32 if precision != "float64" else np.float64)
+        return o.astype(ACCEPTED_DTYPES[precision]), lse.astype(np.float32 if precision != "float64" else np.float64)
 
     return Implementation(f"tiled {precision} {block_q}x{block_k}", {"attention.attend": attend},
                           variants={"attention.attend": ALL})

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from corpus.attention_impls import _DTYPES, _lowp, _validate
+from corpus.attention_impls import ACCEPTED_DTYPES, lowp, validate_qkv
 from ref.conformance.implementation import Implementation
 from ref.formats.minifloat import round_to
 
@@ -20,12 +20,12 @@ from ref.formats.minifloat import round_to
 def tiled(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=-1, window_right=-1,
           sink_tokens=0, softcap=0.0, sink_in_lse="included", *, bugs=frozenset(), precision="bfloat16",
           bq=32, bk=16):
-    _validate(q, k, v, sinks, mask, causal, window_right, softcap)
+    validate_qkv(q, k, v, sinks, mask, causal, window_right, softcap)
     if mask is not None:
         raise NotImplementedError("no explicit masks")
     if sink_in_lse != "included":
         raise ValueError("sink_in_lse: this kernel's LSE includes the sink")
-    q, k, v = (_lowp(x, precision) for x in (q, k, v))
+    q, k, v = (lowp(x, precision) for x in (q, k, v))
     b_, lq, hq, d = q.shape
     lk, hkv, dv = k.shape[1], k.shape[2], v.shape[3]
     scale = np.float32(1 / math.sqrt(d) if scale is None else scale)
@@ -53,7 +53,7 @@ def tiled(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                     l = np.zeros(len(rows), np.float32)
                     acc = np.zeros((len(rows), dv), np.float32)
                     if sinks is not None:
-                        m[:], l[:] = np.float32(_lowp(sinks, precision)[h]), 1
+                        m[:], l[:] = np.float32(lowp(sinks, precision)[h]), 1
                     lse_tile = None
                     for n, t in enumerate(range(lo, hi)):
                         cols = np.arange(t * bk, min(t * bk + bk, lk))
@@ -74,10 +74,10 @@ def tiled(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                         l = alpha * l + p.sum(axis=1)
                         if "output not rescaled" not in bugs:
                             acc = alpha[:, None] * acc
-                        pv = _lowp(p, precision) @ v[b, cols, kv]
+                        pv = lowp(p, precision) @ v[b, cols, kv]
                         if "P V accumulated at the kernel's precision" in bugs:
                             for j in range(len(cols)):
-                                acc = _lowp(acc + _lowp(p[:, j:j + 1], precision) * v[b, cols[j], kv], precision)
+                                acc = lowp(acc + lowp(p[:, j:j + 1], precision) * v[b, cols[j], kv], precision)
                         else:
                             acc = acc + pv
                         m = m_new
@@ -87,9 +87,9 @@ def tiled(q, k, v, sinks=None, mask=None, scale=None, causal=False, window_left=
                     if "LSE of the last tile" in bugs and lse_tile is not None:
                         row_lse = lse_tile
                     if "LSE stored at the kernel's precision" in bugs:
-                        row_lse = _lowp(row_lse, precision)
+                        row_lse = lowp(row_lse, precision)
                     out[b, rows, h], lse[b, h, rows] = o, row_lse
-    return round_to(out, precision).astype(_DTYPES[precision]), lse
+    return round_to(out, precision).astype(ACCEPTED_DTYPES[precision]), lse
 
 
 def tiled_impl(bugs=frozenset(), precision="bfloat16", **tiles):
