@@ -273,6 +273,21 @@ def test_every_bug_is_rejected(name):
     assert all(f.detail for f in report.failures)
 
 
+def test_calls_cycle_through_memory_layouts():
+    """A sampler that reads its input in memory order (ravel order 'K') instead of by
+    index gives permuted codes for reversed and Fortran-order inputs: strays named
+    with the layouts; the correct one, fed the same layouts, passes."""
+    def memory_order(x, **kw):
+        x = np.asarray(x)
+        return cs.exact_pcg(np.asarray(x.ravel(order="K")).reshape(x.shape), **kw)
+
+    op = fast(OPS["float8_e4m3fn"])
+    report = judge(op, memory_order, examples=0)
+    assert report.verdict == "fail"
+    assert any("layout" in f.detail and "not one of its possible values" in f.detail for f in report.failures)
+    assert judge(op, cs.exact_pcg, examples=0).verdict == "pass"
+
+
 @pytest.mark.parametrize("name", sorted(cs.BUGS))
 def test_every_bug_is_rejected_by_a_vector_carrying_its_flag(name):
     """The corpus rule: without random examples, the vectors flagged for the bug

@@ -14,13 +14,14 @@ named failure; NotImplementedError declines the case.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, seed, settings as hsettings
 from hypothesis import strategies as st
 
-from ref.conformance.hygiene import check_unmodified
+from ref.conformance.hygiene import check_unmodified, lay_out, layouts
 from ref.conformance.judges.arrays import by_flag, settle, verdict
 from ref.conformance.judges.candidate import (BadOutput, CandidateExit, Watch, call_candidate, describe_problem,
                                               numeric_output, short)
@@ -46,9 +47,10 @@ class _Bad(Exception):
     """A candidate call gave no usable sample: the detail says why."""
 
 
-def _sample(fn, case: Case, seed_: int, shape, dtype, watch, at) -> np.ndarray:
-    """One candidate call's sample, checked; _Bad names what is wrong with it."""
-    inputs = {k: np.array(v, copy=True) for k, v in case.inputs.items()}
+def _sample(fn, case: Case, seed_: int, shape, dtype, watch, at, layout: str = "C") -> np.ndarray:
+    """One candidate call's sample, its inputs laid out in memory as `layout` says
+    (hygiene.lay_out), checked; _Bad names what is wrong with it."""
+    inputs = {k: lay_out(np.asarray(v), layout) for k, v in case.inputs.items()}
     try:
         raw = _call(fn, {**inputs, "seed": seed_, **case.params}, watch, at)
         check_unmodified(inputs, case.inputs)
@@ -58,10 +60,14 @@ def _sample(fn, case: Case, seed_: int, shape, dtype, watch, at) -> np.ndarray:
     except _Declined:
         raise
     except Exception as exc:  # a crash, an exit, a modified input or an unusable output
-        raise _Bad(describe_problem(exc)) from None
+        raise _Bad(describe_problem(exc) + _in(layout)) from None
     if out.dtype != dtype or out.shape != shape:
-        raise _Bad(f"expected samples of dtype {dtype} and shape {shape}, got {out.dtype} {out.shape}")
+        raise _Bad(f"expected samples of dtype {dtype} and shape {shape}, got {out.dtype} {out.shape}{_in(layout)}")
     return out
+
+
+def _in(layout: str) -> str:
+    return "" if layout == "C" else f" (inputs in {layout} layout)"
 
 
 def judge_case(op: StatisticalOp, fn, case: Case, expected, level: float, base: int, check: int,
@@ -71,15 +77,19 @@ def judge_case(op: StatisticalOp, fn, case: Case, expected, level: float, base: 
     NotImplementedError passes out as the judge's decline signal."""
     outcomes, probabilities = (np.asarray(a) for a in expected)
     shape, dtype = outcomes.shape[:-1], outcomes.dtype
+    kinds = layouts(case.inputs)  # call i gets its inputs in layout i mod len(kinds)
     attempts: list[Fit] = []
     for attempt in (0, 1):
         try:
-            samples = np.stack([_sample(fn, case, s, shape, dtype, watch, at)
-                                for s in seeds(base, check, attempt, op.calls)])
+            samples = np.stack([_sample(fn, case, s, shape, dtype, watch, at, kinds[i % len(kinds)])
+                                for i, s in enumerate(seeds(base, check, attempt, op.calls))])
         except _Bad as bad:
             attempts.append(Fit(False, str(bad), 0.0, level, 0, True))
             break
         result = fit(outcomes, probabilities, samples, level, op.same)
+        if not result.ok and result.deterministic and len(kinds) > 1:
+            result = replace(result, detail=f"{result.detail} (call i has its inputs in layout i mod {len(kinds)} "
+                                            f"of {', '.join(kinds)})")
         attempts.append(result)
         if result.ok or result.deterministic:
             break
