@@ -26,9 +26,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from ref.conformance.judges.arrays import settle
 from ref.conformance.judges.candidate import Watch, call_candidate, short
 from ref.conformance.report import Entry, Failure, OpReport
-from ref.testing.vector_files import golden_dir
 from ref.testing.renaming import Renaming
 from ref.testing.stateful import REFUSALS, StatefulOp, Trace, as_json, build_traces, load_traces
+from ref.testing.vector_files import golden_dir
 
 __all__ = ["Divergence", "Lockstep", "run_op"]
 

@@ -26,8 +26,8 @@ from ref.conformance.judges.arrays import by_flag, settle, verdict
 from ref.conformance.judges.candidate import (BadOutput, CandidateExit, Watch, call_candidate, describe_problem,
                                               numeric_output, short)
 from ref.conformance.report import Failure, OpReport
-from ref.testing.vector_files import Case, Vector, load_vectors
 from ref.testing.statistical import Fit, StatisticalOp, check_level, fit, seeds
+from ref.testing.vector_files import Case, Vector, load_vectors
 
 __all__ = ["RERUN_NOTE", "judge_case", "run_op"]
 

@@ -19,9 +19,9 @@ from ref.formats.catalog.element_vectors import decode_vectors, encode_vectors
 from ref.formats.minifloat import FORMATS, FloatFormat, NanPolicy, NegativePolicy, Rounding, decode, encode
 from ref.testing.catalog_types import Area, ExactOp, Flag, Variant, seed_for
 from ref.testing.compare import compare_codes, compare_values
-from ref.testing.vector_files import Case
 from ref.testing.params import variant_params
 from ref.testing.strategies import codes, edge_values, element_inputs, variant_grid
+from ref.testing.vector_files import Case
 
 __all__ = ["AREA", "FLAGS", "LARGE", "OPERATIONS", "large_values", "policy_variants"]
 

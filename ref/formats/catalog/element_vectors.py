@@ -7,8 +7,8 @@ import numpy as np
 
 from ref.formats.minifloat import FloatFormat, Rounding
 from ref.testing.catalog_types import Variant, seed_for
-from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.strategies import both_signs, edge_values, representable_values, rounding_ties, spread
+from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["DIRECTED", "EncodeVectors", "decode_vectors", "encode_vectors", "random_magnitudes", "tie_probe"]
 

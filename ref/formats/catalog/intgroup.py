@@ -20,8 +20,9 @@ from hypothesis.extra import numpy as hnp
 from ref.formats import intgroup
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.compare import compare_exact, compare_parts, compare_values
-from ref.testing.vector_files import Case, VectorSpec
+from ref.testing.params import variant_params
 from ref.testing.strategies import block_shapes, outlier_arrays, realistic_arrays, small_shapes
+from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS"]
 
@@ -235,8 +236,8 @@ def _dequantize_examples(bits: int):
             c = draw(hnp.arrays(np.uint8, shape, elements=st.integers(0, (1 << bits) - 1)), label="codes")
             sc = draw(hnp.arrays(np.float32, n, elements=st.floats(2.0**-20, 10.0, width=32)), label="scales")
             z = draw(hnp.arrays(np.uint8, n, elements=st.integers(0, (1 << bits) - 1)), label="zeros")
-            storage = draw(st.sampled_from(list(supported["zero_storage"])), label="zero_storage")
-            return Case({"codes": c, "scales": sc, "zeros": z}, {"group": group, "zero_storage": storage})
+            storage = draw(variant_params(supported, only=("zero_storage",)), label="params")
+            return Case({"codes": c, "scales": sc, "zeros": z}, {"group": group, **storage})
 
         return case()
 
@@ -318,8 +319,8 @@ def _ordered(name: str, arrays: st.SearchStrategy):
     """Example cases of one array input and the `order` variant."""
 
     def strategy(supported):
-        return st.tuples(arrays, st.sampled_from(list(supported["order"]))).map(
-            lambda t: Case({name: t[0]}, {"order": t[1]}))
+        return st.tuples(arrays, variant_params(supported, only=("order",))).map(
+            lambda t: Case({name: t[0]}, t[1]))
 
     return strategy
 

@@ -20,8 +20,8 @@ from ref.formats import mx
 from ref.formats.minifloat import get_format
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.compare import Comparison, compare_block_codes, compare_values
-from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.strategies import block_shapes, outlier_arrays, realistic_arrays, representable_values
+from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "MX_NAMES", "OPERATIONS", "VARIANTS", "compare_at_output_precision"]
 

@@ -22,8 +22,9 @@ from ref.formats.catalog.mx import compare_at_output_precision
 from ref.formats.catalog.nvfp4_vectors import dequantize_vectors, quantize_vectors, stochastic_vectors
 from ref.testing.catalog_types import Area, Flag, Variant
 from ref.testing.compare import Comparison, compare_block_codes, compare_values
-from ref.testing.vector_files import Case
+from ref.testing.params import variant_params
 from ref.testing.strategies import block_shapes, outlier_arrays, realistic_arrays
+from ref.testing.vector_files import Case
 
 __all__ = ["FLAGS", "OPERATIONS", "compare_quantized"]
 
@@ -91,8 +92,7 @@ def _dequantize_examples(supported):
         sc = draw(hnp.arrays(np.uint8, (*shape[:-1], shape[-1] // 16)), label="scales")
         gs = draw(st.floats(2.0**-20, 2.0**20, width=32), label="global_scale")
         return Case({"codes": c, "scales": sc, "global_scale": np.float32(gs)},
-                    {"recipe": draw(st.sampled_from(list(supported["recipe"])), label="recipe"),
-                     "order": draw(st.sampled_from(list(supported["order"])), label="order")})
+                    draw(variant_params(supported, only=("recipe", "order")), label="params"))
 
     return case()
 

@@ -19,8 +19,9 @@ from hypothesis.extra import numpy as hnp
 from ref.formats.packing import NibbleOrder, pack_fp4, unpack_fp4
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.compare import compare_codes, compare_exact
-from ref.testing.vector_files import Case, VectorSpec
+from ref.testing.params import variant_params
 from ref.testing.strategies import block_shapes, codes, small_shapes
+from ref.testing.vector_files import Case, VectorSpec
 
 AREA = Area("formats", spec="spec/formats.md")
 
@@ -85,8 +86,8 @@ def unpack_vectors() -> list[VectorSpec]:
 
 def _examples(name: str, arrays: st.SearchStrategy):
     """Cases of one array input and a supported nibble order."""
-    return lambda supported: st.tuples(arrays, st.sampled_from(list(supported["order"]))).map(
-        lambda t: Case({name: t[0]}, {"order": t[1]}))
+    return lambda supported: st.tuples(arrays, variant_params(supported)).map(
+        lambda t: Case({name: t[0]}, t[1]))
 
 
 OPERATIONS = [

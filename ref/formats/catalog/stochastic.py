@@ -24,9 +24,9 @@ from ref.formats.minifloat import FORMATS, FloatFormat, decode, encode
 from ref.formats.stochastic import SR_WIDTHS, encode_stochastic
 from ref.testing.catalog_types import ExactOp, Flag, Variant, seed_for
 from ref.testing.compare import compare_codes
-from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.params import variant_params
 from ref.testing.strategies import edge_values, element_inputs, rounding_ties, spread, variant_grid
+from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS", "sr_boundary"]
 

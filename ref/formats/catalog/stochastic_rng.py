@@ -18,8 +18,8 @@ from ref.formats.minifloat import FloatFormat, NanPolicy, decode, get_format
 from ref.formats.sr_distribution import SR_FORMATS, SR_WIDTHS, sr_distribution
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
-from ref.testing.vector_files import Case, VectorSpec
 from ref.testing.statistical import StatisticalOp
+from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS", "same_code", "variants"]
 
