@@ -57,6 +57,15 @@ class Comparison:
         head = f"{self.part}: " if self.part else ""
         return head + self._describe()
 
+    def summary(self) -> str:
+        """As `describe`, without the first mismatch (a structured failure carries it
+        in fields of its own)."""
+        head = f"{self.part}: " if self.part else ""
+        if self.problem or self.ok or self.first is None:
+            return head + self._describe()
+        return head + (f"{self.mismatched} of {self.compared} elements differ (worst {self.worst:g} "
+                       f"{self.unit}, tolerance {self.tolerance:g})")
+
     def _describe(self) -> str:
         if self.problem:
             return self.problem

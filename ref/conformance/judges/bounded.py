@@ -13,9 +13,9 @@ import numpy as np
 from ref.conformance.implementation import Implementation
 from ref.conformance.judges import Settings
 from ref.conformance.judges.arrays import run_checks
-from ref.conformance.judges.candidate import ArrayJudge, Watch
-from ref.conformance.report import OpReport
-from ref.testing.bounded import precision_of, ratio
+from ref.conformance.judges.candidate import ArrayJudge, Seen, Watch
+from ref.conformance.report import OpReport, empty_histogram
+from ref.testing.bounded import FLOOR_UNITS, precision_of, ratio
 from ref.testing.catalog_types import Operation
 from ref.testing.compare import Comparison
 from ref.testing.vector_files import Case, as_output
@@ -28,26 +28,57 @@ class BoundedJudge(ArrayJudge):
         super().__init__(op, fn, impl, report, watch)
         self.precision = impl.declared_precision(op)
         self._emulated: tuple = ()  # (the inputs object, params and precision, the emulation)
+        self.precisions: set[str] = set()  # the precisions outputs were judged at
+        report.ratio_histogram = report.ratio_histogram or empty_histogram()
+
+    def precision_at(self, case: Case, actual) -> str:
+        first = actual[0] if isinstance(actual, tuple) else actual
+        try:
+            return self.precision or precision_of(first)
+        except ValueError:
+            return ""
 
     def judge_output(self, case: Case, actual, expected, alternatives):
-        cmp = self._compare(case, actual, expected)
+        cmp = self._compare(case, actual, expected, self.precision_at(case, actual))
         report = self.report
         report.unit, report.tolerance = "of tolerance", 1.0
         report.worst = max(report.worst, ratio(cmp) if cmp.ok else max(ratio(cmp), 1.0))
+        if cmp.problem is None:
+            report.count_ratio(ratio(cmp) if cmp.ok or cmp.tolerance > 0 else np.inf)
         return cmp, None
 
-    def _compare(self, case: Case, actual, expected) -> Comparison:
-        first = actual[0] if isinstance(actual, tuple) else actual
-        try:
-            precision = self.precision or precision_of(first)
-        except ValueError as exc:
-            return Comparison(False, 0, 0, np.inf, "abs error", problem=str(exc))
+    def _compare(self, case: Case, actual, expected, precision: str) -> Comparison:
+        if not precision:
+            first = actual[0] if isinstance(actual, tuple) else actual
+            try:
+                precision_of(first)
+            except ValueError as exc:
+                return Comparison(False, 0, 0, np.inf, "abs error", problem=str(exc))
+        self.precisions.add(precision)
+        self.report.precision = ",".join(p for p in FLOOR_UNITS if p in self.precisions)
         key = (repr(sorted(case.params.items())), precision)
         held = self._emulated
         if not held or held[0] is not case.inputs or held[1] != key:  # the inputs object is held: no id reuse
             emulated = as_output(self.op.emulate(precision, **case.inputs, **case.params))
             held = self._emulated = (case.inputs, key, emulated)
         return self.op.compare(expected, actual, held[2], precision)
+
+    def hint(self, case: Case, seen: Seen) -> str:
+        """When the error fits the bound of a coarser precision than the one judged at,
+        say so, and how to declare it."""
+        judged = seen.precision
+        if judged not in FLOOR_UNITS or seen.cmp.problem:
+            return ""
+        for other in (p for p in FLOOR_UNITS if FLOOR_UNITS[p] > FLOOR_UNITS[judged]):
+            try:
+                emulated = as_output(self.op.emulate(other, **case.inputs, **case.params))
+                cmp = self.op.compare(seen.expected, seen.actual, emulated, other)
+            except Exception:  # an emulation that cannot run at `other`: no hint from it
+                continue
+            if cmp.ok:
+                return (f"the error fits the {other} bound ({ratio(cmp):.2g} of it): if the kernel computes in "
+                        f"{other}, declare PRECISION = {{\"{self.op.name}\": \"{other}\"}}")
+        return ""
 
 
 def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
