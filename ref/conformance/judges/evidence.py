@@ -48,7 +48,8 @@ def element_text(value: Any) -> str:
     if kind in "iu":
         return f"{int(arr)} ({arr.dtype.name} {_bits(arr)})"
     try:
-        shown = repr(float(arr.astype(np.float64)))
+        with np.errstate(all="ignore"):
+            shown = repr(float(arr.astype(np.float64)))
     except (TypeError, ValueError):
         return str(arr)
     bits = _bits(arr)
@@ -134,7 +135,8 @@ def accepted_inputs(inputs: Mapping[str, Any]) -> dict[str, str]:
             out[name] = array_text(arr)
             continue
         text = f"{arr.dtype.name}{list(arr.shape)}"
-        wide = arr.astype(np.float64)
+        with np.errstate(all="ignore"):
+            wide = arr.astype(np.float64)
         odd = np.argwhere(~np.isfinite(wide))
         if len(odd):
             first = tuple(int(i) for i in odd[0])
