@@ -80,6 +80,7 @@ class Failure:
     op: str = ""
     precision: str = ""  # a bounded op's: the precision this case was judged at
     hint: str = ""  # a remedy the evidence suggests (declare another PRECISION, say)
+    fits: dict[str, float] = field(default_factory=dict)  # coarser precision -> error / its bound, where <= 1
 
     def describe(self, *, context: bool = True) -> str:
         """The failure for a kernel engineer, one fact a line: the op (with `context`),

@@ -347,7 +347,8 @@ def _run_properties(judge: ArrayJudge, examples: int, shrink: bool, xfails, skip
         else:
             case, seen = last["evidence"]
             if seen is not None and not seen.cmp.ok:
-                failure.hint = judge.hint(case, seen)
+                failure.fits = judge.fits(case, seen)
+                failure.hint = judge.hint_for(failure.fits)
             if not isinstance(exc, AssertionError):  # e.g. hypothesis' Flaky: the failure did not repeat
                 failure = replace(failure, detail=f"{failure.detail} (then {short(exc)})")
     report.examples += last["count"]

@@ -63,23 +63,40 @@ class BoundedJudge(ArrayJudge):
             held = self._emulated = (case.inputs, key, emulated)
         return self.op.compare(expected, actual, held[2], precision)
 
-    def hint(self, case: Case, seen: Seen) -> str:
-        """When the error fits the bound of a coarser precision than the one judged at,
-        say so, and how to declare it."""
+    def finish(self) -> None:
+        """A precision hint stands only when every compared failure of the op fits one
+        coarser precision's bound (the finest such one is named): one outlier case (a
+        float16 bound made loose by underflow, say) is no evidence of the kernel's
+        precision."""
+        compared = [f for f in self.report.failures if f.expected is not None]
+        common = set(FLOOR_UNITS)
+        for f in compared:
+            common &= set(f.fits)
+        chosen = next((p for p in FLOOR_UNITS if p in common), None)
+        for f in self.report.failures:
+            f.hint = self.hint_for({chosen: f.fits[chosen]}) if chosen and chosen in f.fits else ""
+
+    def fits(self, case: Case, seen: Seen) -> dict[str, float]:
         judged = seen.precision
         if judged not in FLOOR_UNITS or seen.cmp.problem:
-            return ""
+            return {}
+        found = {}
         for other in (p for p in FLOOR_UNITS if FLOOR_UNITS[p] > FLOOR_UNITS[judged]):
             try:
                 emulated = as_output(self.op.emulate(other, **case.inputs, **case.params))
                 cmp = self.op.compare(seen.expected, seen.actual, emulated, other)
-            except Exception:  # an emulation that cannot run at `other`: no hint from it
+            except Exception:  # an emulation that cannot run at `other`: no evidence from it
                 continue
             if cmp.ok:
-                return (f"the error fits the {other} bound ({ratio(cmp):.2g} of it): if the kernel computes in "
-                        f"{other}, declare PRECISION = {{\"{self.op.name}\": \"{other}\"}}")
-        return ""
+                found[other] = float(ratio(cmp))
+        return found
 
+    def hint_for(self, fits: dict[str, float]) -> str:
+        """The finest precision in `fits`, as a remedy."""
+        for other in (p for p in FLOOR_UNITS if p in fits):
+            return (f"the error fits the {other} bound ({fits[other]:.2g} of it): if the kernel computes in "
+                    f"{other}, declare PRECISION = {{\"{self.op.name}\": \"{other}\"}}")
+        return ""
 
 def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
            watch: Watch | None = None) -> None:

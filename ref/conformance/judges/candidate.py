@@ -173,8 +173,13 @@ class ArrayJudge:
         """The precision an output was judged at ("" for an exact op)."""
         return ""
 
-    def hint(self, case: Case, seen: Seen) -> str:
-        """A remedy the evidence suggests (the bounded judge: another precision's bound)."""
+    def fits(self, case: Case, seen: Seen) -> dict[str, float]:
+        """Other precisions whose bound a failed output fits, with its error as a
+        fraction of each (the bounded judge; none for an exact op)."""
+        return {}
+
+    def hint_for(self, fits: dict[str, float]) -> str:
+        """A remedy that `fits` suggests ("" when none)."""
         return ""
 
     def failure(self, where: str, comment: str, flags: Sequence[str], case: Case, detail: str, *,
@@ -190,7 +195,10 @@ class ArrayJudge:
             base.inputs = accepted_inputs(case.inputs)
             return base
         cmp, first = seen.cmp, seen.cmp.first
-        base.precision, base.hint = seen.precision, self.hint(case, seen) if hint else ""
+        base.precision = seen.precision
+        if hint:
+            base.fits = self.fits(case, seen)
+            base.hint = self.hint_for(base.fits)
         if first is None:
             base.inputs = accepted_inputs(case.inputs)
             return base
