@@ -93,7 +93,7 @@ class Failure:
         for name, text in self.inputs.items():
             lines.append(f"input {text}" if text.startswith(name) else f"input {name}: {text}")
         if self.expected is not None or self.got is not None:
-            at = f"at index {tuple(self.index)}: " if self.index is not None else ""
+            at = f"first at index {tuple(self.index)}: " if self.index is not None else ""
             bits = f" (bits {self.expected_bits} vs {self.got_bits})" if self.expected_bits is not None else ""
             lines.append(f"{at}expected {self.expected}, got {self.got}{bits}")
         lines.append(self.detail)
