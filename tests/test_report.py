@@ -105,8 +105,18 @@ def test_an_accepted_invalid_input_is_named():
     for f in accepted:
         (shown,) = f.inputs.values()
         dtype = shown.split("[")[0]
-        assert dtype not in ("float16", "float32", "float64") and f.comment in f.detail and shown in f.detail
-        assert "InvalidInput" in f.flag_text and f.vector is not None
+        assert dtype not in ("float16", "float32", "float64") and f.comment in f.detail
+        assert f"input x: {shown}" in f.describe() and "InvalidInput" in f.flag_text and f.vector is not None
+    # a large invalid input: its non-finite values (the first one's index) and its range
+    def no_check(w, **params):
+        return np.zeros(np.shape(w), np.uint8), np.ones(1, np.float32), np.zeros(1, np.uint8)
+
+    (row,) = run(Implementation("lenient", {"formats.int4_group.quantize": no_check}),
+                 ops=["formats.int4_group.quantize"], examples=0).ops
+    inf = next(f for f in row.failures if "Infinity" in f.flags and "accepted" in f.detail)
+    w = inf.inputs["w"]
+    assert w.startswith("float32[1, 128], 1 non-finite (first w[0, 3] = inf (float32 0x7f800000))"), w
+    assert "finite values in [" in w and "np.float64" not in w
 
 
 def _upcast(**kw):

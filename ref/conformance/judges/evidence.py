@@ -141,9 +141,11 @@ def accepted_inputs(inputs: Mapping[str, Any]) -> dict[str, str]:
         if len(odd):
             first = tuple(int(i) for i in odd[0])
             text += f", {len(odd)} non-finite (first {_index_text(name, first)} = {element_text(arr[first])})"
-        finite = wide[np.isfinite(wide)]
+        finite = arr[np.isfinite(wide)]
         if finite.size:
-            text += f", finite values in [{finite.min()!r}, {finite.max()!r}]"
+            low, high = (int(finite.min()), int(finite.max())) if arr.dtype.kind in "iu" else \
+                (float(finite.min()), float(finite.max()))
+            text += f", finite values in [{low!r}, {high!r}]"
         out[name] = text
     return out
 
