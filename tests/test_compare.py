@@ -139,3 +139,16 @@ def test_float64_values_are_compared_without_overflow():
     assert compare_values(np.float64([np.nan, -0.0]), np.float64([-np.nan, -0.0]), fmt="float64").ok
     assert compare_values(np.float64([np.nan]), np.float64([1.0]), fmt="float64").worst == np.inf
     assert not compare_values(np.float64([np.inf]), np.float64([-np.inf]), fmt="float64").ok
+
+
+def test_summary_is_describe_without_the_first_mismatch():
+    x = np.array([1.0, 1.0625, 3.0], dtype=np.float32)  # 1.0625 is a tie of E4M3 between 1 and 1.125
+    expected = encode(x, "float8_e4m3fn")
+    actual = expected.copy()
+    actual[1] += 1
+    cmp = compare_codes(expected, actual, "float8_e4m3fn")
+    assert not cmp.ok and cmp.first.index == (1,)
+    assert cmp.summary() == "1 of 3 elements differ (worst 1 ulp of float8_e4m3fn, tolerance 0)"
+    assert cmp.describe().startswith(cmp.summary() + "; first at index (1,)")
+    shape = compare_codes(expected, actual[:2], "float8_e4m3fn")
+    assert shape.summary() == shape.describe()  # a problem has no first mismatch to leave out
