@@ -240,3 +240,11 @@ def test_a_report_that_breaks_the_schema_is_refused(half_away):
     doc = _strict(report.to_json())
     doc["ops"][0]["failures"][0]["index"] = "0"
     assert list(_validator().iter_errors(doc))
+
+
+def test_details_point_at_a_json_report_only_when_one_was_written(half_away):
+    report, row = half_away
+    assert len(row.failures) > 1
+    plain, written = report.details(limit=1), report.details(limit=1, written="out/r.json")
+    assert f"... {len(row.failures) - 1} more failures\n" in plain + "\n" and "JSON" not in plain
+    assert f"... {len(row.failures) - 1} more failures in out/r.json" in written

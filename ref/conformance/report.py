@@ -199,16 +199,19 @@ class Report:
                          f"(--show-uncovered lists them)")
         return "\n".join(lines)
 
-    def details(self, limit: int = 5, flag_notes: Mapping[str, Any] | None = None) -> str:
+    def details(self, limit: int = 5, flag_notes: Mapping[str, Any] | None = None,
+                written: str | None = None) -> str:
         """Failures (at most `limit` per op), notes, acceptable differences, xfails;
-        with `flag_notes` (flag -> Flag), the bug class of each failing flag once per op."""
+        with `flag_notes` (flag -> Flag), the bug class of each failing flag without its
+        text once per op; `written`: the path of the JSON report, named where failures
+        are left out (nothing points at a report that was not written)."""
         out = []
         for r in self.ops:
             if r.failures:
                 out.append(f"FAIL {r.op} ({r.spec})" + (f", judged at {r.precision}" if r.precision else ""))
                 out += ["  " + f.describe(context=False) for f in r.failures[:limit]]
                 if len(r.failures) > limit:
-                    out.append(f"  ... {len(r.failures) - limit} more failures (in the JSON report, --report)")
+                    out.append(f"  ... {len(r.failures) - limit} more failures" + (f" in {written}" if written else ""))
                 out += _flag_lines([f for f in r.failures[:limit] if not f.flag_text], flag_notes or {})
             for note in r.notes:
                 out.append(f"NOTE {r.op}: {note}")
