@@ -97,7 +97,8 @@ def test_an_xfail_on_the_properties_stops_shrinking():
 
 def test_an_accepted_invalid_input_is_named():
     def lenient(x, **params):  # converts whatever it is given
-        return encode(np.asarray(x, dtype=np.float32), "float8_e4m3fn", **params)
+        with np.errstate(all="ignore"):
+            return encode(np.asarray(x, dtype=np.float32), "float8_e4m3fn", **params)
 
     (row,) = run(Implementation("lenient", {ENCODE: lenient}), ops=[ENCODE], examples=0).ops
     accepted = [f for f in row.failures if "accepted an input the spec says is invalid" in f.detail]

@@ -129,5 +129,8 @@ def test_the_evidence_behind_an_output_element_is_read_from_the_shapes():
     cut = element_case(Case({"x": x}, {}), (1, 40), codes_shape, 32)
     assert np.array_equal(cut.inputs["x"], x[1:, 32:])
     q = np.ones((1, 3, 2, 4), np.float32)
-    assert input_texts({"q": q}, (0, 2, 1, 3), q.shape, row=True)["q"].startswith("q[0, 2, 1, :] = float32[4]")
+    assert input_texts({"q": q}, (0, 2, 1, 3), q.shape, row=True)["q"] == \
+        "q[0, 2, 1, 3] = 1.0 (float32 0x3f800000), in the row q[0, 2, 1, :] = float32[4] [1., 1., 1., 1.]"
+    lse = np.zeros((1, 3, 2), np.float32)  # a per-row value behind an output row: its element
+    assert input_texts({"lse": lse}, (0, 2, 1, 3), q.shape, row=True)["lse"] == "lse[0, 2, 1] = 0.0 (float32 0x00000000)"
     assert input_texts({"k": np.ones((1, 5, 2, 4))}, (0, 2, 1, 3), q.shape, row=True)["k"] == "float64[1, 5, 2, 4]"

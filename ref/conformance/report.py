@@ -91,7 +91,7 @@ class Failure:
         op = f"{self.op} " if context and self.op else ""
         lines = [f"{op}{self.where}{flags}: {self.comment}" + (f" ({params})" if params else "")]
         for name, text in self.inputs.items():
-            lines.append(f"input {text}" if text.startswith(name) else f"input {name}: {text}")
+            lines.append(f"input {text}" if text.startswith((f"{name}[", f"{name} ")) else f"input {name}: {text}")
         if self.expected is not None or self.got is not None:
             at = f"first at index {tuple(self.index)}: " if self.index is not None else ""
             bits = f" (bits {self.expected_bits} vs {self.got_bits})" if self.expected_bits is not None else ""

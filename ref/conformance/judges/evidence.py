@@ -4,15 +4,16 @@ output element, an accepted invalid input, and the case cut down to those elemen
 
 Which input elements stand behind an output element is read from the shapes alone:
 
-- an input of the output's shape: the element at the same index (for a bounded op,
-  the whole last-axis row: attention's query row), plus its block when the op has a
-  block size (block codecs: `block`);
+- an input of the output's shape: the element at the same index, and its block when
+  the op has a block size (block codecs: `block`), or for a bounded op its last-axis
+  row (attention's query row);
 - an input whose last axis is k times the output's (a scale of a block of k; a
   packed pair): the k elements of that block;
 - an input whose last axis is 1/k of the output's (a block's scale for an element;
   a packed byte for a code): the one element behind it;
 - an input with the output's shape as leading axes (a query row behind an LSE): the
-  sub-array at the index;
+  sub-array at the index; an input of 2 or more axes that are the output's leading
+  axes (an LSE behind an output row): its element there;
 - anything else: its dtype and shape (values too, when it has at most 8).
 """
 
@@ -85,10 +86,11 @@ def locate(arr: np.ndarray, index: Sequence[int], shape: Sequence[int], *, row: 
     lead = index[:-1]
     if arr.shape == shape:
         if row:
-            return _index_text("", (*lead, ":")), arr[lead]
+            return _index_text("", index), (arr[index], arr[lead], f"the row [{', '.join(map(str, (*lead, ':')))}]")
         if block and block > 1:
             j = index[-1] // block * block
-            return _index_text("", (*index,)), (arr[index], arr[(*lead, slice(j, j + block))], j)
+            return _index_text("", index), (arr[index], arr[(*lead, slice(j, j + block))],
+                                            f"the block [..., {j}:{j + block}]")
         return _index_text("", index), arr[index]
     if arr.ndim == len(shape) and arr.shape[:-1] == shape[:-1] and shape[-1] and arr.shape[-1]:
         if arr.shape[-1] % shape[-1] == 0:
@@ -100,6 +102,8 @@ def locate(arr: np.ndarray, index: Sequence[int], shape: Sequence[int], *, row: 
             return _index_text("", at), arr[at]
     if arr.ndim > len(shape) and arr.shape[:len(shape)] == shape:
         return _index_text("", (*index, ":")), arr[index]
+    if 2 <= arr.ndim < len(shape) and arr.shape == shape[:arr.ndim]:  # a per-row value (an LSE)
+        return _index_text("", index[:arr.ndim]), arr[index[:arr.ndim]]
     return None
 
 
@@ -114,10 +118,10 @@ def input_texts(inputs: Mapping[str, Any], index: Sequence[int] | None, shape: S
             out[name] = array_text(arr) if arr.ndim == 0 or arr.size <= _SHOWN else f"{arr.dtype.name}{list(arr.shape)}"
             continue
         label, got = found
-        if isinstance(got, tuple):  # an element and its block
-            element, whole, start = got
-            out[name] = (f"{name}{label} = {element_text(element)}, in the block {name}[..., {start}:"
-                         f"{start + whole.size}] = {array_text(whole).split(' ', 1)[1]}")
+        if isinstance(got, tuple):  # an element and its block or row
+            element, whole, where = got
+            kind, _, at = where.partition(" [")
+            out[name] = f"{name}{label} = {element_text(element)}, in {kind} {name}[{at} = {array_text(whole)}"
         elif np.ndim(got) == 0:
             out[name] = f"{name}{label} = {element_text(got)}"
         else:
