@@ -69,6 +69,13 @@ def array_text(arr: np.ndarray) -> str:
                                max_line_width=10_000, floatmode="unique", separator=", ")
     except (TypeError, ValueError):
         body = "..."
+    if arr.size > 2 * _SHOWN and arr.dtype.kind in "fV":  # the values left out may be the point
+        with np.errstate(all="ignore"):
+            flat = arr.reshape(-1).astype(np.float64)
+        odd = np.flatnonzero(~np.isfinite(flat))
+        if len(odd):
+            listed = ", ".join(f"{flat[i]!r} at {i}" for i in odd[:3]) + (", ..." if len(odd) > 3 else "")
+            body += f" (non-finite: {listed})"
     return f"{head} {body}"
 
 
