@@ -74,7 +74,7 @@ def array_text(arr: np.ndarray) -> str:
             flat = arr.reshape(-1).astype(np.float64)
         odd = np.flatnonzero(~np.isfinite(flat))
         if len(odd):
-            listed = ", ".join(f"{flat[i]!r} at {i}" for i in odd[:3]) + (", ..." if len(odd) > 3 else "")
+            listed = ", ".join(f"{float(flat[i])!r} at {i}" for i in odd[:3]) + (", ..." if len(odd) > 3 else "")
             body += f" (non-finite: {listed})"
     return f"{head} {body}"
 
