@@ -272,14 +272,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, os.getcwd())  # as `python -m ref` does: a module in the current directory loads
     args = build_parser(_prog()).parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below rather than at exit
+        return status
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `llm-ref list | head`: the reader left; stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        # a listing cut short is what was asked for; a run whose verdict was not read
+        # exits as a shell reports SIGPIPE, never 0
+        return 0 if args.command in ("list", "spec") else 141
 
 
 def _prog() -> str:
