@@ -100,3 +100,14 @@ def test_the_plugin_s_options_and_defaults_are_the_command_line_s():
         default = plugin.get("default", False if plugin.get("action") == "store_true" else None)
         assert default == cli[name], name
         assert (plugin.get("action") == "store_true") == isinstance(cli[name], bool), name
+
+
+def test_the_session_report_is_whole_under_xdist(tmp_path):
+    pytest.importorskip("xdist")
+    (tmp_path / "my_adapter.py").write_text(SWAPPED)
+    result = run_pytest(["--pyargs", "ref.conformance", "--ref-impl", "my_adapter", "--ref-examples", "2", "-n", "2",
+                         "--ref-report", "r.json", "-k", "float4_e2m1fn"], tmp_path)
+    assert result.returncode == 1, result.stdout[-3000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [r["op"] for r in doc["ops"]] == [n for n in discover() if "float4_e2m1fn" in n]
+    assert doc["summary"]["fail"] == 2 and doc["ok"] is False and doc["complete"] is True

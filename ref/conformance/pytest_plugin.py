@@ -15,13 +15,17 @@ implementation loads, so a module there loads as it does under `python -m pytest
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
+# ref's modules are imported inside the hooks: the plugin loads in every pytest session
+# of an environment where llm-ref is installed, and must cost nothing there
 _OPS = pytest.StashKey[list]()
 _META = pytest.StashKey[dict]()
+_WORKER_DOCS = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser):
@@ -109,20 +113,57 @@ def ref_run(request, ref_implementation, ref_entries):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    path = session.config.getoption("--ref-report", None)
-    ops = session.config.stash.get(_OPS, [])
-    if not path or _META not in session.config.stash:
+    """Write --ref-report: one document over every op the session ran (under
+    pytest-xdist each worker hands its ops to the controller, which writes)."""
+    config = session.config
+    path = config.getoption("--ref-report", None)
+    if not path:
         return
-    from ref.conformance.catalog import discover
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    own = _own_document(config, interrupted)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker
+        if own is not None:
+            config.workeroutput["llm_ref_report"] = json.dumps(own)
+        return
+    docs = ([own] if own is not None else []) + config.stash.get(_WORKER_DOCS, [])
+    if docs:
+        from ref.conformance.report import strict_json
+
+        Path(path).write_text(strict_json(_merged(docs, interrupted)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist: a worker finished; keep the ops it reported."""
+    text = getattr(node, "workeroutput", {}).get("llm_ref_report")
+    if text:
+        node.config.stash.setdefault(_WORKER_DOCS, []).append(json.loads(text))
+
+
+def _own_document(config, interrupted: bool) -> dict | None:
+    """The report of the ops this process ran, as its JSON document; None if none ran."""
+    if _META not in config.stash:
+        return None
     from ref.conformance.report import Report
 
-    first = session.config.stash[_META]
+    first = config.stash[_META]
+    report = Report(first["implementation"], config.stash[_OPS], first["meta"], complete=not interrupted)
+    return json.loads(report.to_json())
+
+
+def _merged(docs: list[dict], interrupted: bool) -> dict:
+    """One document: the first's header, every op in catalog order, the summary,
+    `ok` and `complete` recomputed over all of them."""
+    from ref.conformance.catalog import discover
+    from ref.conformance.report import VERDICTS
+
     order = list(discover())
-    ops = sorted(ops, key=lambda r: order.index(r.op))
-    ran = [] if len(ops) == len(order) else [r.op for r in ops]  # as the CLI's --ops: [] for all
-    meta = {**first["meta"], "settings": {**first["meta"]["settings"], "ops": ran}}
-    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    ops = sorted((op for doc in docs for op in doc["ops"]), key=lambda r: order.index(r["op"]))
+    complete = not interrupted and all(doc["complete"] for doc in docs)
+    ran = [] if len(ops) == len(order) else [r["op"] for r in ops]  # as the CLI's --ops: [] for all
+    merged = {**docs[0], "settings": {**docs[0]["settings"], "ops": ran}, "ops": ops, "complete": complete,
+              "summary": {v: n for v in VERDICTS if (n := sum(r["verdict"] == v for r in ops))},
+              "ok": complete and all(r["verdict"] != "fail" for r in ops)}
     if interrupted:
-        meta["interrupted"] = "the pytest session was interrupted"
-    report = Report(first["implementation"], ops, meta, complete=not interrupted)
-    Path(path).write_text(report.to_json())
+        merged["interrupted"] = "the pytest session was interrupted"
+    return merged
