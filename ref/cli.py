@@ -111,6 +111,10 @@ def _conform(args) -> int:
     if details:
         print()
         print(details)
+    failed = next((r for r in report.ops if r.verdict == "fail"), None)
+    if failed:
+        print(f"\n(`{args.prog} spec {failed.spec}` prints the spec section a failure names, "
+              f"installed or not)")
     counts = ", ".join(f"{n} {v}" for v, n in report.counts().items())
     print(f"\n{len(report.ops)} ops: {counts}")
     if args.report:
@@ -270,7 +274,9 @@ def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m ref` does: a module in the current directory loads
-    args = build_parser(_prog()).parse_args(argv)
+    prog = _prog()
+    args = build_parser(prog).parse_args(argv)
+    args.prog = prog
     try:
         status = args.func(args)
         sys.stdout.flush()  # here, so that a closed pipe is caught below rather than at exit

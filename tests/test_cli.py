@@ -85,6 +85,7 @@ def test_conform_rejects_a_corpus_bug_and_names_the_vector(tmp_path):
     assert "formats.float8_e4m3fn.encode" in out and " fail" in out
     assert "vector " in out and "TiesToEven" in out
     assert "first at index" in out and "bits " in out
+    assert "`python -m ref spec spec/formats.md#encode` prints the spec section" in out
     doc = json.loads(report.read_text())
     assert doc["ok"] is False
     assert doc["suite"]["name"] == "llm-ref" and doc["implementation"]["name"] == "round half away from zero"
