@@ -111,6 +111,22 @@ def _write(path: str, report) -> None:
     os.replace(partial, target)
 
 
+def _html(args) -> int:
+    from ref.conformance import html_report
+
+    out = Path(args.output) if args.output else Path(args.report_file).with_suffix(".html")
+    html_report.write(html_report.load(args.report_file), out, flag_notes={n: f.bug for n, f in flags().items()})
+    print(f"HTML report written to {out}")
+    return 0
+
+
+def _html_parser(sub) -> None:
+    p = sub.add_parser("html", help="render a JSON report (conform --report) as one self-contained HTML page")
+    p.add_argument("report_file", metavar="REPORT.json", help="the JSON report to render")
+    p.add_argument("-o", "--output", metavar="PATH", help="where to write the page (default: REPORT.html)")
+    p.set_defaults(func=_html)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ref", description=__doc__)
     common = argparse.ArgumentParser(add_help=False)
@@ -145,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"with --isolate: the longest one call may take (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("-v", "--verbose", action="store_true", help="print each op as it starts")
     p.set_defaults(func=_conform)
+    _html_parser(sub)
     return parser
 
 
