@@ -189,8 +189,12 @@ def test_the_page_is_well_formed_and_names_every_op_and_failure(run_docs, which)
         assert row["op"] in text
         for failure in row["failures"] + row["xfailed"]:
             assert failure["comment"] in text and failure["where"] in text
-    sections = {a["id"] for tag, a in parsed.tags if tag == "section"}
-    assert sections == {f"op-{op}" for op, v in verdicts.items() if v != "not covered"}
+    sections = [a["id"] for tag, a in parsed.tags if tag == "section"]
+    assert set(sections) == {f"op-{op}" for op, v in verdicts.items() if v != "not covered"}
+    encode = next(row for row in doc["ops"] if row["op"] == ENCODE)
+    assert f"{ENCODE}exactfail{len(encode['failures'])} (+{len(encode['xfailed'])} xfail)" in text
+    order = [verdicts[s.removeprefix("op-")] for s in sections]
+    assert order == sorted(order, key=lambda v: v != "fail")  # failing ops first
     # the ops not covered are one line, not a row each
     uncovered = [op for op, v in verdicts.items() if v == "not covered"]
     assert len(uncovered) == sum(any(fnmatchcase(op, p) for p in SELECTED) for op in discover()) - 4 > 0
@@ -231,9 +235,9 @@ def test_the_bars_follow_the_histogram_counts(run_docs):
     page = html_report.render(run_docs[1])
     parsed = _parse(page)
     bars = [a for tag, a in parsed.tags if tag == "rect" and a.get("class") == "bar"]
-    expected = rows[MERGE]["ratio_histogram"]["counts"] + rows[ROPE]["ratio_histogram"]["counts"]
+    expected = rows[ROPE]["ratio_histogram"]["counts"] + rows[MERGE]["ratio_histogram"]["counts"]
     assert sum(rows[ROPE]["ratio_histogram"]["counts"][5:]) > 0 and sum(expected) > len(expected)
-    # in page order: merge_states then rope (the ops' order), a bar per bin
+    # in page order: rope (failing ops first), then merge_states; a bar per bin
     assert [int(b["data-count"]) for b in bars] == expected
     for chart in (bars[:9], bars[9:]):
         most = max(int(b["data-count"]) for b in chart)
@@ -279,10 +283,14 @@ def test_an_older_or_partial_document_renders(tmp_path):
                "ops": [{"op": "a.b", "verdict": "fail", "failures": [{"where": "vector 1"}]},
                        {"op": "a.c", "verdict": "pass", "kind": "bounded",
                         "ratio_histogram": {"edges": [0, 1], "counts": [1, 2]}},
-                       {"op": "a.d", "verdict": "not covered"}]}
+                       {"op": "a.d", "verdict": "not covered"},
+                       {"op": "a.e", "verdict": "skipped", "notes": ["no <kernel> for this"]},
+                       {"op": "a.f", "verdict": "pass", "ratio_histogram": {"edges": [0, 1, 2], "counts": [1, "x"]}}]}
     text = "".join(_parse(html_report.render(partial)).text)
     assert "INCOMPLETE" in text and "KeyboardInterrupt while x ran" in text
     assert "ratio_histogram unreadable: 2 edges for 2 counts" in text and "1 ops not covered by k" in text
+    assert "a.eno <kernel> for this" in text  # a skipped op's reason under its name
+    assert "ratio_histogram unreadable: 3 edges for 2 counts" in text
     with pytest.raises(TypeError, match="doc: expected the JSON report as a dict"):
         html_report.render("[]")
 
@@ -318,7 +326,8 @@ def test_each_expected_failure_gets_the_reason_of_the_entry_naming_its_check():
     doc = {"xfails": [{"op": e.op, "part": e.part, "reason": e.reason} for e in entries],
            "ops": [{"op": "a.b", "verdict": "xfail", "xfailed": [
                {"where": "property", "comment": "c1"}, {"where": "vector 3", "comment": "c2"},
-               {"where": "exhaustive case 2", "comment": "c3"}, {"where": "vector 4", "comment": "c4", "flags": ["Nan"]},
+               {"where": "exhaustive case 2", "comment": "c3"},
+               {"where": "vector 4", "comment": "c4", "flags": ["Nan"]},
                {"where": "vector 5", "comment": "c5"}]}]}
     page = html_report.render(doc)
     blocks = re.findall(r'<div class="failure xfail">(.*?)</div>', page, re.S)

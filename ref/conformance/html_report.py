@@ -27,6 +27,7 @@ __all__ = ["load", "render", "write"]
 
 VERDICT_COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "acceptable-difference": "#1b7c83", "xfail": "#9a6700",
                    "skipped": "#6e7781", "not covered": "#8c959f"}
+SECTION_ORDER = {"fail": 0, "xfail": 1, "acceptable-difference": 2, "pass": 3}  # failing ops first
 FAILURES_SHOWN = 20  # per op; the rest fold into a <details>
 
 CSS = """
@@ -72,10 +73,11 @@ def render(doc: Mapping[str, Any], *, flag_notes: Mapping[str, str] | None = Non
     flag_texts = dict(flag_notes or {})
     for failure in (f for op in ops for f in _all_failures(op)):
         flag_texts.update(dict(failure.get("flag_text") or {}))
-    judged = [op for op in ops if op.get("verdict") not in ("not covered", "skipped")]
+    judged = sorted((op for op in ops if op.get("verdict") not in ("not covered", "skipped")),
+                    key=lambda op: SECTION_ORDER.get(op.get("verdict"), len(SECTION_ORDER)))
     body = [_header(doc, ops), "<h2>Operations</h2>", _op_table(ops, impl.get("name", "the implementation"))]
     if judged:
-        body.append("<h2>Judged operations</h2>")
+        body.append("<h2>Judged operations</h2><p class=\"muted\">failing ops first, then in the table's order</p>")
         body += [_op_section(op, flag_texts, doc.get("xfails") or []) for op in judged]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n"
@@ -143,8 +145,8 @@ def _flat(value: Any) -> str:
 
 
 def _op_table(ops: Sequence[Mapping[str, Any]], impl_name: str) -> str:
-    rows = ["<table><tr><th>op</th><th>kind</th><th>verdict</th><th>vectors passed</th><th>cases</th>"
-            "<th>worst / tolerance</th><th>precision</th></tr>"]
+    rows = ["<table><tr><th>op</th><th>kind</th><th>verdict</th><th>failures</th><th>vectors passed</th>"
+            "<th>cases</th><th>worst / tolerance</th><th>precision</th></tr>"]
     uncovered = [op.get("op", "?") for op in ops if op.get("verdict") == "not covered"]
     for op in ops:
         verdict = op.get("verdict", "?")
@@ -152,19 +154,30 @@ def _op_table(ops: Sequence[Mapping[str, Any]], impl_name: str) -> str:
             continue
         name = op.get("op", "?")
         judged = verdict != "skipped"
-        cell = f'<a href="#{_e(_anchor(name))}">{_e(name)}</a>' if judged else _e(name)
+        cell = f'<a href="#{_e(_anchor(name))}">{_e(name)}</a>' if judged else _e(name) + "".join(
+            f'<div class="muted">{_e(note)}</div>' for note in op.get("notes") or [])
+        failures = str(len(op.get("failures") or [])) + (f" (+{len(op['xfailed'])} xfail)" if op.get("xfailed") else "")
         vectors = f"{_num(op.get('vectors_passed', 0))}/{_num(op.get('vectors_run', 0))}"
         if op.get("vectors_skipped"):
             vectors += f" ({_num(op['vectors_skipped'])} skipped)"
-        cases = (op.get("examples") or 0) + (op.get("exhaustive_cases") or 0)
+        cases = _int(op.get("examples")) + _int(op.get("exhaustive_cases"))
         worst = f"{_num(op.get('worst'))} / {_num(op.get('tolerance'))} {op.get('unit', '')}" if judged else "-"
         rows.append(f"<tr><td>{cell}</td><td>{_e(op.get('kind', ''))}</td><td>{_chip(verdict)}</td>"
-                    f'<td class="num">{_e(vectors)}</td><td class="num">{_e(cases)}</td>'
+                    f'<td class="num">{_e(failures if judged else "-")}</td><td class="num">{_e(vectors)}</td>'
+                    f'<td class="num">{_e(cases)}</td>'
                     f"<td>{_e(worst)}</td><td>{_e(op.get('precision') or '')}</td></tr>")
     if uncovered:
-        rows.append(f'<tr><td colspan="7"><details><summary>{len(uncovered)} ops not covered by {_e(impl_name)}'
+        rows.append(f'<tr><td colspan="8"><details><summary>{len(uncovered)} ops not covered by {_e(impl_name)}'
                     f"</summary><code>{_e(', '.join(uncovered))}</code></details></td></tr>")
     return "\n".join(rows) + "</table>"
+
+
+def _int(value: Any) -> int:
+    """A count from the document; 0 for one missing or unreadable."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _anchor(name: str) -> str:
@@ -207,8 +220,9 @@ def _histogram(histogram: Mapping[str, Any], *, width: int = 560, height: int = 
     proportional to its count (1 px at least for a count above 0), bins at or past
     the bound red, the bound (edge 1) a dashed line."""
     edges, counts = list(histogram.get("edges") or []), list(histogram.get("counts") or [])
-    if len(edges) != len(counts) + 1 or not counts:
-        return f'<p class="muted">ratio_histogram unreadable: {len(edges)} edges for {len(counts)} counts</p>'
+    if len(edges) != len(counts) + 1 or not counts or not all(isinstance(c, int) for c in counts):
+        return (f'<p class="muted">ratio_histogram unreadable: {len(edges)} edges for {len(counts)} counts '
+                "(expected one edge more than counts, and integer counts)</p>")
     top, left, label_h = 18, 8, 30
     plot_h = height - top - label_h
     step = (width - 2 * left) / len(counts)
@@ -260,7 +274,7 @@ def _class_table(classes: Mapping[str, Any], flag_texts: Mapping[str, str]) -> s
     rows = []
     for name, counts in classes.items():
         counts = counts if isinstance(counts, Mapping) else {}
-        rows.append((str(name), int(counts.get("cases") or 0), int(counts.get("failed") or 0)))
+        rows.append((str(name), _int(counts.get("cases")), _int(counts.get("failed"))))
     rows.sort(key=lambda r: (-r[2], r[0] == "unflagged", r[0]))
     out = ["<table><tr><th>class</th><th>cases</th><th>failed</th><th>failed share</th><th>catches</th></tr>"]
     for name, cases, failed in rows:
