@@ -285,12 +285,15 @@ def test_an_older_or_partial_document_renders(tmp_path):
                         "ratio_histogram": {"edges": [0, 1], "counts": [1, 2]}},
                        {"op": "a.d", "verdict": "not covered"},
                        {"op": "a.e", "verdict": "skipped", "notes": ["no <kernel> for this"]},
-                       {"op": "a.f", "verdict": "pass", "ratio_histogram": {"edges": [0, 1, 2], "counts": [1, "x"]}}]}
+                       {"op": "a.f", "verdict": "pass", "ratio_histogram": {"edges": [0, 1, 2], "counts": [1, "x"]},
+                        "acceptable": ["vector 2: matches variant nan=zero"] * 3 + ["vector 3: matches variant nan=max"]}]}
     text = "".join(_parse(html_report.render(partial)).text)
     assert "INCOMPLETE" in text and "KeyboardInterrupt while x ran" in text
     assert "ratio_histogram unreadable: 2 edges for 2 counts" in text and "1 ops not covered by k" in text
     assert "a.eno <kernel> for this" in text  # a skipped op's reason under its name
     assert "ratio_histogram unreadable: 3 edges for 2 counts" in text
+    assert "5 ops: fail\xa01 pass\xa02 not covered\xa01 skipped\xa01" in text  # counted when there is no summary
+    assert text.count("matches variant nan=zero") == 1 and "matches variant nan=max" in text
     with pytest.raises(TypeError, match="doc: expected the JSON report as a dict"):
         html_report.render("[]")
 

@@ -118,8 +118,9 @@ def _header(doc: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> str:
            f'<p><span class="chip ok" style="background:{badge[0]}">{badge[1]}</span> '
            f"<b>{_e(impl.get('name', '?'))}</b> {_e(impl.get('version', ''))}"
            + (f' <span class="muted">({_e(impl["source"])})</span>' if impl.get("source") else "") + "</p>"]
-    summary = doc.get("summary") or {}
-    if not summary:
+    summary = doc.get("summary")
+    if not isinstance(summary, Mapping) or not summary:
+        summary = {}
         for op in ops:
             summary[op.get("verdict", "?")] = summary.get(op.get("verdict", "?"), 0) + 1
     out.append("<p>" + f"{len(ops)} ops: " + " ".join(f"{_chip(v)}&nbsp;{_e(n)}" for v, n in summary.items()) + "</p>")
@@ -210,8 +211,10 @@ def _op_section(op: Mapping[str, Any], flag_texts: Mapping[str, str], xfail_entr
         out.append(f"<h4>Expected failures ({len(xfailed)})</h4>")
         out += [_failure(f, flag_texts, reason=_reason(f, name, xfail_entries)) for f in xfailed]
     for title, items in (("Acceptable differences", op.get("acceptable")), ("Notes", op.get("notes"))):
-        if items:
-            out.append(f"<h4>{title}</h4><ul>" + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>")
+        if items:  # an acceptable difference repeats per layout and example: each once
+            listed = "<ul>" + "".join(f"<li>{_e(i)}</li>" for i in dict.fromkeys(map(str, items))) + "</ul>"
+            out.append(f"<h4>{title}</h4>" + (listed if len(items) <= FAILURES_SHOWN else
+                                                f"<details><summary>{len(items)} lines</summary>{listed}</details>"))
     return "\n".join(out) + "</section>"
 
 
