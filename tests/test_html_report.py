@@ -286,7 +286,8 @@ def test_an_older_or_partial_document_renders(tmp_path):
                        {"op": "a.d", "verdict": "not covered"},
                        {"op": "a.e", "verdict": "skipped", "notes": ["no <kernel> for this"]},
                        {"op": "a.f", "verdict": "pass", "ratio_histogram": {"edges": [0, 1, 2], "counts": [1, "x"]},
-                        "acceptable": ["vector 2: matches variant nan=zero"] * 3 + ["vector 3: matches variant nan=max"]}]}
+                        "acceptable": ["vector 2: matches variant nan=zero"] * 3
+                        + ["vector 3: matches variant nan=max"]}]}
     text = "".join(_parse(html_report.render(partial)).text)
     assert "INCOMPLETE" in text and "KeyboardInterrupt while x ran" in text
     assert "ratio_histogram unreadable: 2 edges for 2 counts" in text and "1 ops not covered by k" in text
