@@ -7,7 +7,9 @@ of ops (the ops not covered folded into one line), and per judged op the distrib
 of its error as a fraction of the bound (bounded ops: a bar per bin of
 `ratio_histogram`, the bound at 1 marked), its cases and failures by input class
 (`classes`), its failures (vector, comment, inputs, expected and got with their bits,
-flags with their bug text, spec section) and its expected failures with their reasons.
+the precision and its hint, flags with their bug text, spec section) and its
+expected failures with their reasons (the failure's `reason`, else the report's
+`xfails` entries).
 Fields an older report lacks are left out of the page, never an error. Every text
 taken from the document is escaped: comments, reasons and names are the user's.
 `write(doc, path)` writes the page.
@@ -43,7 +45,8 @@ font-family:ui-monospace,monospace;font-size:12px;background:#f6f8fa}
 .ok{font-size:16px;padding:2px 12px}pre,code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
 pre{background:#f6f8fa;padding:6px 8px;margin:2px 0;white-space:pre-wrap;word-break:break-all}
 .failure{border-left:4px solid #cf222e;padding:2px 10px;margin:10px 0}.xfail{border-left-color:#9a6700}
-.muted{color:#656d76}.svgbox{margin:6px 0}dl{margin:4px 0}dt{font-weight:600}dd{margin:0 0 4px 16px}
+.muted{color:#656d76}.hint{background:#fff8c5;padding:4px 8px}
+.svgbox{margin:6px 0}dl{margin:4px 0}dt{font-weight:600}dd{margin:0 0 4px 16px}
 """
 
 
@@ -123,7 +126,9 @@ def _header(doc: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> str:
         summary = {}
         for op in ops:
             summary[op.get("verdict", "?")] = summary.get(op.get("verdict", "?"), 0) + 1
-    out.append("<p>" + f"{len(ops)} ops: " + " ".join(f"{_chip(v)}&nbsp;{_e(n)}" for v, n in summary.items()) + "</p>")
+    judged = f"; {_e(doc['judged'])} judged" if "judged" in doc else ""
+    chips = " ".join(f"{_chip(v)}&nbsp;{_e(n)}" for v, n in summary.items())
+    out.append(f"<p>{len(ops)} ops: {chips}{judged}</p>")
     if not complete and doc.get("interrupted"):
         out.append(f"<p><b>Interrupted:</b> {_e(doc['interrupted'])}</p>")
     facts = [("schema", doc.get("schema")), ("created", doc.get("created")), ("golden", _inline(doc.get("golden"))),
@@ -298,6 +303,8 @@ def _failure(f: Mapping[str, Any], flag_texts: Mapping[str, str], *, reason: str
     out = [f'<div class="failure{" xfail" if reason is not None else ""}"><p>{head}</p>']
     if reason:
         out.append(f"<p><b>Reason listed:</b> {_e(reason)}</p>")
+    if f.get("hint"):
+        out.append(f'<p class="hint"><b>Hint:</b> {_e(f["hint"])}</p>')
     rows = []
     if f.get("params"):
         rows.append(("params", ", ".join(f"{k}={v}" for k, v in dict(f["params"]).items())))
@@ -309,6 +316,11 @@ def _failure(f: Mapping[str, Any], flag_texts: Mapping[str, str], *, reason: str
         if f.get(side) is not None:
             bits = f.get(f"{side}_bits")
             rows.append((side, f"{f[side]}" + (f"   bits {bits}" if bits else "")))
+    if f.get("precision"):
+        rows.append(("judged at", f["precision"]))
+    fits = f.get("fits")
+    if isinstance(fits, Mapping) and fits:
+        rows.append(("error fits", "; ".join(f"the {p} bound ({_num(v)} of it)" for p, v in fits.items())))
     if rows:
         out.append("<table>" + "".join(f"<tr><th>{_e(k)}</th><td><pre>{_e(v)}</pre></td></tr>" for k, v in rows)
                    + "</table>")
