@@ -231,6 +231,7 @@ def test_a_failure_shows_its_input_values_bits_and_flag_texts(run_docs):
     for field in ("expected", "got", "expected_bits", "got_bits"):
         assert ties[field] in text
     assert f"input x{ties['inputs']['x']}" in text.replace("\n", "")
+    assert "first index(0,)" in text and "first index(10, 5)" in text
     for row in rows.values():
         for failure in row["failures"] + row["xfailed"]:
             for flag in failure["flags"]:

@@ -309,7 +309,8 @@ def _failure(f: Mapping[str, Any], flag_texts: Mapping[str, str], *, reason: str
     if f.get("params"):
         rows.append(("params", ", ".join(f"{k}={v}" for k, v in dict(f["params"]).items())))
     if f.get("index") is not None:
-        rows.append(("first index", "(" + ", ".join(map(str, f["index"])) + ")"))
+        index = [str(i) for i in f["index"]]
+        rows.append(("first index", "(" + ", ".join(index) + ("," if len(index) == 1 else "") + ")"))
     for name, text in dict(f.get("inputs") or {}).items():
         rows.append((f"input {name}", text))
     for side in ("expected", "got"):
