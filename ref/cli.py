@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -120,6 +121,11 @@ def _conform(args) -> int:
     if args.report:
         _write(args.report, report)
         print(f"report written to {args.report}")
+    if args.html:
+        from ref.conformance import html_report
+
+        html_report.write(json.loads(report.to_json()), args.html, flag_notes={n: f.bug for n, f in flags().items()})
+        print(f"HTML report written to {args.html}")
     if not report.complete:
         return 130  # interrupted, as a shell reports SIGINT
     if not _judged(report):
@@ -224,6 +230,22 @@ def _write(path: str, report) -> None:
     os.replace(partial, target)
 
 
+def _html(args) -> int:
+    from ref.conformance import html_report
+
+    out = Path(args.output) if args.output else Path(args.report_file).with_suffix(".html")
+    html_report.write(html_report.load(args.report_file), out, flag_notes={n: f.bug for n, f in flags().items()})
+    print(f"HTML report written to {out}")
+    return 0
+
+
+def _html_parser(sub) -> None:
+    p = sub.add_parser("html", help="render a JSON report (conform --report) as one self-contained HTML page")
+    p.add_argument("report_file", metavar="REPORT.json", help="the JSON report to render")
+    p.add_argument("-o", "--output", metavar="PATH", help="where to write the page (default: REPORT.html)")
+    p.set_defaults(func=_html)
+
+
 def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--version", action="version", version=f"llm-ref {ref.__version__}")
@@ -251,6 +273,7 @@ def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
     p.add_argument("--large", action="store_true",
                    help="also run each op's large cases (past 2^24 elements; seconds per op)")
     p.add_argument("--report", help="write a JSON report here")
+    p.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page")
     p.add_argument("--skips-file", help="lines 'op[/part] reason': not run")
     p.add_argument("--xfails-file", help="lines 'op[/part] reason': expected to fail (default: the .xfails file "
                    "the --impl module ships beside itself, if any; /dev/null for none)")
@@ -268,6 +291,8 @@ def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
                    "(spec/formats.md#encode); none: the folder and its pages")
     p.add_argument("--path", action="store_true", help="print the page's path instead of its text")
     p.set_defaults(func=_spec)
+
+    _html_parser(sub)
     return parser
 
 
