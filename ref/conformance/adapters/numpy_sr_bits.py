@@ -54,18 +54,19 @@ def split(x: np.ndarray):
     """(negative, binade exponent p, significand, exponent of its last bit) of float64 x."""
     bits = x.view(U64)
     biased = ((bits >> U64(52)) & U64(0x7FF)).astype(np.int64)
-    fraction = bits & U64((1 << 52) - 1)
-    significand = np.where(biased == 0, fraction, fraction | U64(1 << 52))
-    e0 = np.maximum(biased, 1) - 1075
-    _, e = np.frexp(np.abs(x))  # |x| = m 2^e, m in [0.5, 1): exact, subnormals included
-    return (bits >> U64(63)) == 1, e.astype(np.int64) - 1, significand, e0
+    significand = bits & U64((1 << 52) - 1)
+    normal = biased != 0
+    significand |= normal.astype(U64) << U64(52)
+    p = biased - 1023
+    if not normal.all():  # zeros and float64 subnormals: p from frexp (exact)
+        p = np.where(normal, p, np.frexp(np.abs(x))[1].astype(np.int64) - 1)
+    return (bits >> U64(63)) == 1, p, significand, np.maximum(biased, 1) - 1075
 
 
 def carry(rest: np.ndarray, k: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Whether rest / 2^k + u / 2^32 >= 1 (rest < 2^k, k >= 1)."""
-    left = np.clip(32 - k, 0, 63).astype(U64)
-    right = np.clip(k - 32, 0, 63).astype(U64)
-    aligned = np.where(k <= 32, rest << left, np.where(k - 32 >= 64, U64(0), rest >> right))
+    """Whether rest / 2^k + u / 2^32 >= 1 (rest < 2^k, k >= 1; rest < 2^53, so shifting
+    it right by 63 leaves nothing)."""
+    aligned = np.where(k <= 32, rest << np.clip(32 - k, 0, 32).astype(U64), rest >> np.clip(k - 32, 0, 63).astype(U64))
     return aligned + u >= U64(1 << 32)
 
 
@@ -87,9 +88,9 @@ def encode_stochastic(x, rbits, *, fmt: str, sr_bits: int = 32, overflow: str | 
     emin = -127 if kind == "e8m0" else 1 - bias
     qe = np.maximum(p, emin) - m
     k = np.maximum(qe - e0, 1)  # >= 1 always: a float64 significand is longer than any target's
-    shift = np.minimum(k, 63).astype(U64)
-    kept = np.where(k >= 64, U64(0), significand >> shift)
-    rest = np.where(k >= 64, significand, significand & ((U64(1) << shift) - U64(1)))
+    shift = np.minimum(k, 63).astype(U64)  # a significand (< 2^53) shifted by 63 is gone
+    kept = significand >> shift
+    rest = significand & ((U64(1) << shift) - U64(1))
     base = (np.maximum(p, emin) + bias - 1) << m
     mag = base + kept.astype(np.int64) + carry(rest, k, u)
     finite, isnan = np.isfinite(x64), np.isnan(x64)
@@ -119,8 +120,10 @@ VARIANTS = {
     "formats.float8_*.encode_stochastic": {**_SR, "overflow": ["saturate", "nonsaturating"]},
     "formats.float16.encode_stochastic": {**_SR, "overflow": ["saturate", "nonsaturating"]},
     "formats.bfloat16.encode_stochastic": {**_SR, "overflow": ["saturate", "nonsaturating"]},
-    "formats.float4_e2m1fn.encode_stochastic": {**_SR, "nan": ["max", "zero", "zero_flipped_sign"]},
-    "formats.float6_*.encode_stochastic": {**_SR, "nan": ["max", "zero", "zero_flipped_sign"]},
+    "formats.float4_e2m1fn.encode_stochastic": {**_SR, "overflow": ["saturate"], "nan": ["max", "zero",
+                                                                                      "zero_flipped_sign"]},
+    "formats.float6_*.encode_stochastic": {**_SR, "overflow": ["saturate"], "nan": ["max", "zero",
+                                                                                 "zero_flipped_sign"]},
     "formats.float8_e8m0fnu.encode_stochastic": {**_SR, "overflow": ["saturate", "nonsaturating"],
                                                  "negative": ["nan", "magnitude"]},
 }
