@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ref.conformance.adapters import DEFAULT, default, numpy_groups, numpy_sr_bits, shipped_xfails
+from ref.conformance.adapters import DEFAULT, numpy_groups, numpy_sr_bits, shipped_xfails
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation, load_implementation
 from ref.conformance.runner import parse_entries, run
