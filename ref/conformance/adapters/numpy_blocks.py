@@ -51,13 +51,17 @@ def mx_exponent(amax: np.ndarray, elem: str, rule: str) -> np.ndarray:
     if rule == "even":  # amax rounded to the element's mantissa width first: a carry moves it up
         width = 2 ** (MBITS[elem] + 1)
         return floor_log2 + (np.rint(m * width) == width) - EMAX[elem]
-    s = (amax * F(1 / element_max(elem))).astype(np.float64)  # rceil: the float32 product, rounded up
+    return ceil_log2((amax * F(1 / element_max(elem))).astype(np.float64))  # rceil: the float32 product
+
+
+def ceil_log2(s: np.ndarray) -> np.ndarray:
+    """The exponent of s >= 0 rounded up to a power of two (-127 for zero)."""
     ms, es = np.frexp(s)
     return np.where(s > 0, es - 1 + (ms != 0.5), -127)
 
 
-def mx_check_input(x: np.ndarray, dtypes=(F, np.float16)) -> None:
-    if x.dtype not in dtypes:
+def mx_check_input(x: np.ndarray) -> None:
+    if x.dtype not in (F, np.float16):
         raise TypeError(f"x: expected float32 or float16, got {x.dtype}")
     if x.ndim == 0 or x.shape[-1] % BLOCK:
         raise ValueError(f"x: the last axis must be a multiple of {BLOCK}, got shape {x.shape}")
@@ -156,8 +160,8 @@ def stochastic_e2m1(q: np.ndarray, rbits: np.ndarray) -> np.ndarray:
     return np.copysign(mag, q).astype(F).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
 
 
-def nvfp4_check_input(x: np.ndarray, dtypes=(F, np.float16)) -> None:
-    if x.dtype not in dtypes:
+def nvfp4_check_input(x: np.ndarray) -> None:
+    if x.dtype not in (F, np.float16):
         raise TypeError(f"x: expected float32 or float16, got {x.dtype}")
     if x.ndim == 0 or x.shape[-1] % NV_BLOCK:
         raise ValueError(f"x: the last axis must be a multiple of {NV_BLOCK}, got shape {x.shape}")
