@@ -53,9 +53,9 @@ def element_flags(x, fmt: str | FloatFormat) -> tuple[str, ...]:
         half_sub = f.min_subnormal / 2
         boundary = f.max_normal + f.ulp_at_max / 2
         tiny = np.finfo(arr.dtype).tiny if arr.dtype.kind == "f" else 0.0
-        exp = np.floor(np.log2(np.where(finite & (a > 0), a, 1.0)))
-        ulp = np.where(a >= f.min_normal, 2.0 ** (exp - f.mbits), f.min_subnormal)
-        steps = a / ulp
+        mant, exp = np.frexp(np.where(finite, a, 1.0))  # a = mant * 2^exp, mant in [0.5, 1)
+        # a / ulp, exactly (a power-of-two scaling): 2^(mbits+1) * mant in a normal binade
+        steps = np.where(a >= f.min_normal, np.ldexp(mant, f.mbits + 1), a / f.min_subnormal)
         frac = steps - np.floor(steps)
         in_range = finite & (a > half_sub) & (a <= f.max_normal)
         classes = [
