@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shutil
@@ -107,8 +106,8 @@ def _conform(args) -> int:
     print(f"llm-ref {report.meta['suite']['version']} conformance: {impl.name} {impl.version} ({impl.source})")
     if xfails_path:
         print(f"xfails: {xfails_path}")
-    print(_table(report, args.show_uncovered, impl.name))
-    details = report.details(flag_notes=flags())
+    print(report.table(show_uncovered=args.show_uncovered))
+    details = report.details(flag_notes=flags(), written=args.report)
     if details:
         print()
         print(details)
@@ -128,7 +127,7 @@ def _conform(args) -> int:
         print(f"HTML report written to {args.html}")
     if not report.complete:
         return 130  # interrupted, as a shell reports SIGINT
-    if not _judged(report):
+    if not report.judged:
         print(f"error: nothing was judged: every op selected{' by --ops ' + args.ops if args.ops else ''} "
               f"that {impl.name} provides ({', '.join(sorted(impl.ops)[:8])}) was skipped", file=sys.stderr)
         return 2
@@ -156,21 +155,6 @@ def _check_selection(impl, patterns) -> None:
         raise ValueError(f"--impl: {impl.name} provides no operation (its OPS is empty)")
     raise ValueError(f"--ops {','.join(patterns)}: selects {len(selected)} catalog op(s), none of which "
                      f"{impl.name} provides; it provides: {shown}")
-
-
-def _judged(report) -> int:
-    """The ops whose verdict is neither "not covered" nor "skipped"."""
-    return sum(r.verdict not in ("not covered", "skipped") for r in report.ops)
-
-
-def _table(report, show_uncovered: bool, name: str) -> str:
-    """The table; not-covered rows summarized in one line unless asked for."""
-    uncovered = sum(r.verdict == "not covered" for r in report.ops)
-    if show_uncovered or not uncovered:
-        return report.table(show_uncovered=True)
-    shown = dataclasses.replace(report, ops=[r for r in report.ops if r.verdict != "not covered"])
-    table = shown.table() if shown.ops else "(no op judged)"
-    return f"{table}\n{uncovered} ops not covered by {name} (--show-uncovered lists them)"
 
 
 def _spec(args) -> int:

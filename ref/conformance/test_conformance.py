@@ -20,5 +20,6 @@ def test_conformance(op_name, ref_implementation, ref_run, request):
     if result.verdict == "fail":
         # every failure in the text, unless a JSON report (--ref-report) holds the rest
         limit = 5 if request.config.getoption("--ref-report") else max(len(result.failures), 1)
-        details = report.details(limit=limit, flag_notes=flags())
+        details = report.details(limit=limit, flag_notes=flags(),
+                                 written=request.config.getoption("--ref-report"))
         pytest.fail(f"{op_name} fails ({result.spec}):\n{details}", pytrace=False)
