@@ -189,3 +189,20 @@ def _strict(text: str):
         raise ValueError(f"not strict JSON: {constant}")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def _warns(**kw):
+    import warnings
+
+    warnings.warn("a kernel's own warning", RuntimeWarning)
+    with np.errstate(over="warn"):
+        np.array([1e300]).astype(np.float16)  # numpy's overflow warning
+    return discover()["formats.float8_e5m2.encode"].oracle(**kw)
+
+
+def test_a_kernel_s_warnings_stay_out_of_the_run_s_output(recwarn):
+    report = run(Implementation("warns", {"formats.float8_e5m2.encode": _warns}),
+                 ops=["formats.float8_e5m2.encode"], examples=3, shrink=False)
+    assert report.ops[0].verdict == "pass"
+    assert report.ops[0].compared > 3
+    assert not [w for w in recwarn if "kernel's own" in str(w.message) or "overflow" in str(w.message)]

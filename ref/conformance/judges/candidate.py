@@ -7,6 +7,7 @@ it with the oracle; a kind's module subclasses it with its comparison."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,11 +54,14 @@ def describe_problem(exc: Exception) -> str:
 def call_candidate(fn: Callable[..., Any], kwargs: dict[str, Any], *, watch: Watch | None = None,
                    at: tuple[str, tuple[str, ...]] = ("", ())) -> Any:
     """fn(**kwargs). SystemExit and its kin become CandidateExit; KeyboardInterrupt
-    stops the run; `watch` is told of the call at `at` (the check, its flags)."""
+    stops the run; `watch` is told of the call at `at` (the check, its flags). Warnings
+    the call raises are not shown."""
     if watch:
         watch("call", *at)
     try:
-        return fn(**kwargs)
+        with warnings.catch_warnings():  # a kernel's RuntimeWarnings (an overflowing cast) are noise
+            warnings.simplefilter("ignore")  # in the run's output: its outputs are what is judged
+            return fn(**kwargs)
     except BaseException as exc:
         if isinstance(exc, (Exception, KeyboardInterrupt)):
             raise
