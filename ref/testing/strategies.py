@@ -151,12 +151,9 @@ def edge_arrays(
 
     def draw(args):
         dt, shp = args
-        uint = np.dtype(f"uint{8 * dt.itemsize}")
-        pool = np.unique(np.concatenate(list(edge_values(f, dt).values())).view(uint))
+        uint, pool, element = _edge_bits(f, np.dtype(dt))
         top = (1 << (8 * dt.itemsize)) - 1
-        # Bit patterns, not floats: integers give hypothesis a fill value (sparse, cheap
-        # draws) and shrink toward 0, the bits of +0.
-        sparse = hnp.arrays(uint, shp, elements=st.one_of(st.integers(0, top), st.sampled_from(pool.tolist())))
+        sparse = hnp.arrays(uint, shp, elements=element)
 
         def dense(seed: int) -> NDArray:
             n = int(np.prod(shp))
@@ -168,6 +165,17 @@ def edge_arrays(
         return st.one_of(sparse, st.integers(0, 2**32 - 1).map(dense)).map(lambda a: a.view(dt))
 
     return st.tuples(dtype, shape).flatmap(draw)
+
+
+@lru_cache(maxsize=None)
+def _edge_bits(f: FloatFormat, dt: np.dtype) -> tuple[np.dtype, NDArray, st.SearchStrategy[int]]:
+    """edge_arrays' bit patterns of `dt`: the unsigned dtype, the edge values' bits and
+    the element strategy, built once (a sampled_from of a thousand values costs
+    milliseconds to label). Bit patterns, not floats: integers give hypothesis a fill
+    value (sparse, cheap draws) and shrink toward 0, the bits of +0."""
+    uint = np.dtype(f"uint{8 * dt.itemsize}")
+    pool = np.unique(np.concatenate(list(edge_values(f, dt).values())).view(uint))
+    return uint, pool, st.one_of(st.integers(0, (1 << (8 * dt.itemsize)) - 1), st.sampled_from(pool.tolist()))
 
 
 def _seeded(shape, dtype, fill):
