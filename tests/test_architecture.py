@@ -149,7 +149,8 @@ def test_the_checks_see_what_they_must():
     assert _layer("ref.cli") == "cli" and _ref_layer("ref.arguments") == "oracle"
 
 
-@pytest.mark.parametrize("kernels", ["numpy_attention", "numpy_stochastic"])
+@pytest.mark.parametrize("kernels", ["numpy_attention", "numpy_stochastic", "numpy_blocks", "numpy_groups",
+                                     "numpy_sr_bits"])
 def test_the_default_implementation_is_not_built_from_the_oracles(kernels):
     """The bundled default implementation is judged by the oracles, so its own kernels
     import nothing from ref (ml_dtypes_casts is a third-party library's casts)."""

@@ -10,24 +10,64 @@ from pathlib import Path
 
 import pytest
 
+import ref
 from ref.conformance.catalog import discover
 
 TESTS = Path(__file__).parent
+REF_HOME = Path(ref.__file__).resolve().parents[1]  # the folder holding the `ref` under test
 
 
-def ref_cli(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.run([sys.executable, "-m", "ref", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600)
+def child_env(**extra) -> dict:
+    """The environment of a child process: the `ref` this process imported (a checkout
+    or the installed package) and the bug corpus on its path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REF_HOME), str(TESTS)]), **extra}
 
 
-def test_list_shows_every_op_with_kind_variants_vectors_and_spec():
-    out = ref_cli("list").stdout
+def ref_cli(*args, cwd=None, **env):
+    return subprocess.run([sys.executable, "-m", "ref", *args], capture_output=True, text=True,
+                          env=child_env(**env), cwd=cwd, timeout=600)
+
+
+def test_list_shows_every_op_with_kind_vectors_and_spec_within_the_terminal():
+    columns = 80
+    result = ref_cli("list", COLUMNS=str(columns))
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and max(map(len, lines)) <= columns
     for name, op in discover().items():
-        line = next(l for l in out.splitlines() if l.startswith(name + " "))
-        assert op.kind.value in line and op.spec in line
-    assert "overflow=saturate|nonsaturating" in out
+        i = next(i for i, l in enumerate(lines) if l.startswith(name + " "))
+        assert op.kind.value in lines[i] and op.spec in lines[i] + lines[i + 1]  # a long row wraps its spec
+    assert "overflow=" not in result.stdout and "-v shows" in result.stdout
+    verbose = ref_cli("list", "-v", COLUMNS="100")
+    assert max(map(len, verbose.stdout.splitlines())) <= 100
+    assert "overflow=saturate|nonsaturating" in verbose.stdout
     assert ref_cli("list", "--names").stdout.split() == list(discover())
+
+
+def test_list_names_a_missing_golden_folder(tmp_path):
+    result = ref_cli("list", "--golden", str(tmp_path / "nonexistent"))
+    assert result.returncode == 2 and "--golden" in result.stderr and "nonexistent" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--names"], ["list", "-v"], ["spec", "formats"]])
+def test_a_closed_pipe_ends_a_listing_quietly(args):
+    """`python -m ref list | head`: the reader leaves before the listing is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "ref", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=child_env())
+    proc.stdout.close()  # before the child has imported anything, so its first write meets a closed pipe
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 0 and err == b""
+
+
+def test_version_and_the_program_name(monkeypatch, capsys):
+    from ref.cli import main
+
+    assert ref_cli("--version").stdout.strip() == f"llm-ref {ref.__version__}"
+    for argv0, prog in (("/venv/bin/llm-ref", "llm-ref"), ("/x/ref/__main__.py", "python -m ref")):
+        monkeypatch.setattr(sys, "argv", [argv0, "--help"])
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        assert capsys.readouterr().out.startswith(f"usage: {prog} ")
 
 
 def test_golden_check_passes():
@@ -45,6 +85,7 @@ def test_conform_rejects_a_corpus_bug_and_names_the_vector(tmp_path):
     assert "formats.float8_e4m3fn.encode" in out and " fail" in out
     assert "vector " in out and "TiesToEven" in out
     assert "first at index" in out and "bits " in out
+    assert "`python -m ref spec spec/formats.md#encode` prints the spec section" in out
     doc = json.loads(report.read_text())
     assert doc["ok"] is False
     assert doc["suite"]["name"] == "llm-ref" and doc["implementation"]["name"] == "round half away from zero"
@@ -77,7 +118,7 @@ def test_skips_and_strict_xfails(tmp_path):
     skips.write_text("formats.float8_e4m3fn.encode  not this time\n")
     run = ref_cli("conform", "--impl", "corpus.formats_impls:HALF_AWAY", "--skips-file", str(skips),
                   "--ops", "formats.float8_e4m3fn.encode")
-    assert run.returncode == 0 and "skipped" in run.stdout
+    assert run.returncode == 2 and "skipped" in run.stdout  # skipped whole: nothing was judged
     xfails = tmp_path / "xfails"
     xfails.write_text("formats.float4_e2m1fn.pack/1  claimed broken, but it is not\n")
     strict = ref_cli("conform", "--impl", "corpus.formats_impls:CORRECT", "--xfails-file", str(xfails),
@@ -102,27 +143,6 @@ def test_conform_works_outside_the_checkout(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def _pytest(*args):
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs",
-                           "ref.conformance", *args], capture_output=True, text=True, env=env, timeout=600)
-
-
-def test_pytest_plugin_fails_a_wrong_kernel_and_writes_junit(tmp_path):
-    xml = tmp_path / "junit.xml"
-    bad = _pytest("--ref-impl", "corpus.formats_impls:SWAPPED_NIBBLES", "-k", "float4_e2m1fn",
-                  "--ref-examples", "3", f"--junitxml={xml}")
-    assert bad.returncode == 1, bad.stdout
-    assert "NibbleOrder" in bad.stdout
-    assert "formats.float4_e2m1fn.pack" in xml.read_text()
-
-
-def test_pytest_plugin_passes_ml_dtypes():
-    good = _pytest("-k", "e8m0 or e5m2fnuz", "--ref-examples", "3")
-    assert good.returncode == 0, good.stdout
-    assert "xfailed" in good.stdout
-
-
 @pytest.mark.parametrize("variants, words", [
     ({"formats.float16.encode": {"rounding": ["sideways"]}}, ["rounding", "sideways"]),
     ({"formats.float16.encode": {"colour": ["red"]}}, ["colour"]),
@@ -144,3 +164,89 @@ def test_unknown_op_names_are_rejected():
 
     with pytest.raises(ValueError, match="formats.float8_e4m3.encoder"):
         Implementation("typo", {"formats.float8_e4m3.encoder": lambda **kw: None})
+
+
+ONE_OP = ("from corpus.formats_impls import CORRECT\n"
+          "OPS = {'formats.float8_e4m3fn.decode': CORRECT.ops['formats.float8_e4m3fn.decode']}\n")
+
+
+def test_a_run_that_judges_nothing_is_an_error(tmp_path):
+    (tmp_path / "one_op.py").write_text(ONE_OP)
+    elsewhere = ref_cli("conform", "--impl", "one_op", "--ops", "attention.*", cwd=tmp_path)
+    assert elsewhere.returncode == 2, elsewhere.stdout
+    assert "attention.*" in elsewhere.stderr and "formats.float8_e4m3fn.decode" in elsewhere.stderr
+    (tmp_path / "all").write_text("formats.float8_e4m3fn.decode  not today\n")
+    skipped = ref_cli("conform", "--impl", "one_op", "--skips-file", str(tmp_path / "all"), cwd=tmp_path)
+    assert skipped.returncode == 2 and "nothing was judged" in skipped.stderr
+    assert "formats.float8_e4m3fn.decode" in skipped.stderr
+
+
+def test_uncovered_ops_are_counted_unless_listed(tmp_path):
+    (tmp_path / "one_op.py").write_text(ONE_OP)
+    args = ("conform", "--impl", "one_op", "--examples", "3")
+    short = ref_cli(*args, cwd=tmp_path)
+    assert short.returncode == 0, short.stdout + short.stderr
+    uncovered = len(discover()) - 1
+    assert f"{uncovered} ops not covered by one_op (--show-uncovered lists them)" in short.stdout
+    assert not [l for l in short.stdout.splitlines() if l.rstrip().endswith("  not covered")]
+    assert "formats.float16.decode" not in short.stdout
+    listed = ref_cli(*args, "--show-uncovered", cwd=tmp_path)
+    assert listed.returncode == 0
+    rows = [l for l in listed.stdout.splitlines() if l.rstrip().endswith("  not covered")]
+    assert len(rows) == uncovered and "--show-uncovered lists them" not in listed.stdout
+
+
+@pytest.mark.parametrize("source, impl, words", [
+    ("OPS = {'formats.float8_e4m3fn.decode': 3}\n", "bad_ops", ["formats.float8_e4m3fn.decode", "callable", "3"]),
+    ("OPS = ['formats.float8_e4m3fn.decode']\n", "bad_ops", ["OPS mapping", "list"]),
+    ("import no_such_dependency_xyz\nOPS = {}\n", "bad_ops", ["bad_ops", "no_such_dependency_xyz", "traceback"]),
+    ("raise RuntimeError('driver not found')\n", "bad_ops", ["RuntimeError", "driver not found"]),
+    (None, "not_here_xyz", ["not_here_xyz", "module search path", "PYTHONPATH", "directory holding not_here_xyz.py"]),
+    (None, "./not_here_xyz.py", ["no such file", "./not_here_xyz.py", "module name"]),
+])
+def test_load_errors_say_what_is_wrong(tmp_path, source, impl, words):
+    if source is not None:
+        (tmp_path / "bad_ops.py").write_text(source)
+    result = ref_cli("conform", "--impl", impl, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)
+
+
+@pytest.mark.parametrize("spec", ["one_op.py", "./one_op.py", "sub/one_op.py"])
+def test_an_adapter_file_path_loads(tmp_path, spec):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "one_op.py").write_text(ONE_OP)
+    (tmp_path / "one_op.py").write_text(ONE_OP)
+    result = ref_cli("conform", "--impl", spec, "--examples", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "formats.float8_e4m3fn.decode" in result.stdout and " pass" in result.stdout
+
+
+def test_the_console_script_loads_a_module_from_the_current_directory(tmp_path):
+    """`llm-ref` (the console script: its own directory, not the current one, heads
+    sys.path) finds an adapter in the current directory as `python -m ref` does."""
+    script = Path(sys.executable).with_name("llm-ref")
+    if not script.exists():
+        pytest.skip("the llm-ref console script is not installed beside this Python")
+    (tmp_path / "one_op.py").write_text(ONE_OP)
+    result = subprocess.run([str(script), "conform", "--impl", "one_op", "--examples", "2"], capture_output=True,
+                            text=True, env=child_env(), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert (subprocess.run([str(script), "--help"], capture_output=True, text=True, env=child_env(), timeout=120)
+            .stdout.startswith("usage: llm-ref "))
+
+
+def test_spec_command_prints_every_section_a_report_names(capsys):
+    from ref.cli import main
+
+    for spec in sorted({op.spec for op in discover().values()}):
+        assert main(["spec", spec]) == 0
+        out = capsys.readouterr().out
+        page, _, anchor = spec.partition("#")
+        assert out.startswith(f'<a id="{anchor}"></a>') and "\n#" in out, spec
+        assert main(["spec", spec, "--path"]) == 0
+        path = Path(capsys.readouterr().out.strip().partition("#")[0])
+        assert path.is_file() and path.name == Path(page).name
+    assert main(["spec", "formats#no-such-anchor"]) == 2 and "no-such-anchor" in capsys.readouterr().err
+    assert main(["spec", "nopage"]) == 2 and "formats.md" in capsys.readouterr().err

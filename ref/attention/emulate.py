@@ -59,11 +59,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import member
-from ref.attention import attend as definition
 from ref.attention import mla as latent
 from ref.attention import rope as rotary
 from ref.attention import split_kv
-from ref.attention.attend import SinkInLse, lse_variants, prepare, seen_values
+from ref.attention.attend import LseBase, SinkInLse, lse_variants, prepare, seen_values
+from ref.attention.attend import attend as attend_exact
+from ref.attention.attend import attend_varlen as attend_varlen_exact
 from ref.formats.minifloat import PRECISIONS, Rounding, decode, encode, round_to
 
 __all__ = ["ROUNDINGS", "attend", "attend_rounded", "attend_varlen", "merge_states", "mla", "mla_rounded",
@@ -123,7 +124,7 @@ def attend(precision: str, q, k, v, *, sinks=None, mask=None, scale=None, causal
 def attend_rounded(precision: str, rounding: str, q, k, v, **options) -> tuple[NDArray[np.float64], ...]:
     """`attend` at `precision`, every stored tensor rounded by `rounding` (one of
     ROUNDINGS): the worse of the two orders of scaling, output by output."""
-    exact = definition.attend(q, k, v, **options)  # checks every argument
+    exact = attend_exact(q, k, v, **options)  # checks every argument
     if _precision(precision) == "float64":
         return exact
     rnd = rounder(precision, rounding)
@@ -179,7 +180,7 @@ def _attend_once(rnd, q, k, v, *, scale_first, sink_in_lse="included", lse_base=
 
 def attend_varlen(precision: str, q, k, v, cu_seqlens_q, cu_seqlens_k, *, sinks=None, **options):
     """`attend_varlen` at `precision`: the emulated `attend` per sequence, packed."""
-    out, lse = definition.attend_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)  # checks
+    out, lse = attend_varlen_exact(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks=sinks, **options)  # checks
     cq, ck = np.asarray(cu_seqlens_q, np.int64), np.asarray(cu_seqlens_k, np.int64)
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     for s in range(cq.size - 1):
@@ -197,7 +198,7 @@ def merge_states(precision: str, o_a, lse_a, o_b, lse_b, *, lse_base="e"):
     exact = split_kv.merge_states(o_a, lse_a, o_b, lse_b, lse_base=lse_base)  # checks every argument
     if _precision(precision) == "float64":
         return exact
-    base2 = member(lse_base, definition.LseBase, "lse_base") is definition.LseBase.TWO
+    base2 = member(lse_base, LseBase, "lse_base") is LseBase.TWO
     oa, ob = (round_to(x, precision).astype(_F32) for x in (o_a, o_b))
     la, lb = (np.asarray(x, np.float64).astype(_F32) for x in (lse_a, lse_b))
     if base2:  # to the natural log, in float32

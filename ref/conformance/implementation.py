@@ -20,15 +20,21 @@ A callable that raises NotImplementedError for a case (a feature the kernel lack
 sinks, soft-capping, an explicit mask) has that vector or example counted as
 skipped, not failed; the report lists how many.
 
-`python -m ref conform --impl package.module[:attribute]` loads one.
+`python -m ref conform --impl package.module[:attribute]` loads one (so does a file
+path, `--impl ./my_adapter.py[:attribute]`); a module that cannot be imported, an
+OPS that is not a mapping and an OPS value that is not callable are each a
+ValueError that names the problem and what was expected.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from pathlib import Path
 
 import numpy as np
 
@@ -36,7 +42,7 @@ from ref.conformance.catalog import discover
 from ref.formats.minifloat import PRECISIONS
 from ref.testing.catalog_types import Operation, Variant, VariantValue
 
-__all__ = ["Implementation", "load_implementation"]
+__all__ = ["Implementation", "is_file_spec", "load_implementation"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,12 @@ class Implementation:
         unknown = sorted(set(self.ops) - set(catalog))
         if unknown:
             raise ValueError(f"ops: {self.name} names operations the catalog does not have: {unknown}")
+        uncallable = {name: fn for name, fn in self.ops.items() if not callable(fn)}
+        if uncallable:
+            name, fn = next(iter(uncallable.items()))
+            raise ValueError(f"ops: {self.name}'s OPS[{name!r}] is {fn!r:.60} (type {type(fn).__name__}), "
+                             f"not a callable: each value must be a function taking the oracle's keyword arguments"
+                             + (f" ({len(uncallable) - 1} more: {sorted(uncallable)[1:4]})" if len(uncallable) > 1 else ""))
         for pattern, value in self.precision.items():
             if value not in PRECISIONS:
                 raise ValueError(f"precision: {pattern!r} -> expected one of {PRECISIONS}, got {value!r}")
@@ -111,13 +123,18 @@ def _type_hint(axis: Variant, bad: Sequence) -> str:
     return ""
 
 
+def is_file_spec(spec: str) -> bool:
+    """Whether an --impl value names a file (`./x.py`, `x.py`, `dir/x.py:ATTR`) rather
+    than a module."""
+    target = spec.partition(":")[0]
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
 def load_implementation(spec: str) -> Implementation:
-    """Load 'package.module' or 'package.module:attribute' as an Implementation."""
+    """Load 'package.module', 'package.module:attribute' or a file 'path/x.py[:attribute]'
+    as an Implementation."""
     module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"--impl: cannot import {module_name!r}: {err}") from err
+    module = _import_file(module_name) if is_file_spec(spec) else _import(module_name)
     obj = module
     if attr:
         if not hasattr(module, attr):
@@ -129,7 +146,8 @@ def load_implementation(spec: str) -> Implementation:
         return Implementation(name=spec, ops=obj, source=spec)
     ops = getattr(obj, "OPS", None)
     if not isinstance(ops, Mapping):
-        raise ValueError(f"--impl: {spec} has no OPS mapping of catalog names to callables")
+        got = "none" if ops is None else f"a {type(ops).__name__}"
+        raise ValueError(f"--impl: {spec} has no OPS mapping of catalog names to callables (OPS: {got})")
     return Implementation(
         name=getattr(obj, "NAME", spec),
         ops=ops,
@@ -139,3 +157,48 @@ def load_implementation(spec: str) -> Implementation:
         version=str(getattr(obj, "VERSION", "unknown")),
         source=spec,
     )
+
+
+def _import(module_name: str):
+    """The module, or a ValueError saying where it was looked for and how to fix that."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            searched = [p or "." for p in sys.path if p == "" or Path(p).is_dir()]
+            raise ValueError(
+                f"--impl: no module named {module_name!r} on the module search path {searched[:6]}"
+                f"{' ...' if len(searched) > 6 else ''}: run from the directory holding "
+                f"{module_name.replace('.', '/')}.py, or put that directory on PYTHONPATH "
+                f"(a file path works too: --impl path/to/{module_name.rpartition('.')[2]}.py)") from err
+        raise ValueError(f"--impl: importing {module_name!r} failed: {err} (a module it imports is missing; "
+                         f"`python -c 'import {module_name}'` shows the traceback)") from err
+    except Exception as err:
+        raise ValueError(f"--impl: importing {module_name!r} raised {type(err).__name__}: {err} "
+                         f"(`python -c 'import {module_name}'` shows the traceback)") from err
+
+
+def _import_file(path_text: str):
+    """Load a Python file as the module named by its stem (registered in sys.modules)."""
+    path = Path(path_text)
+    if not path.is_file():
+        raise ValueError(f"--impl: no such file {path_text!r} (expected a Python file, e.g. ./my_adapter.py, "
+                         f"or a module name, e.g. my_adapter)")
+    if path.suffix != ".py":
+        raise ValueError(f"--impl: {path_text!r} is not a .py file; give a Python file or a module name")
+    name = path.stem
+    found = importlib.util.spec_from_file_location(name, path.resolve())
+    module = importlib.util.module_from_spec(found)
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
+    try:
+        found.loader.exec_module(module)
+    except Exception as err:
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
+        raise ValueError(f"--impl: running {path_text!r} raised {type(err).__name__}: {err} "
+                         f"(`python {path_text}` shows the traceback)") from err
+    return module

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ref.conformance.catalog import discover
-from ref.conformance.runner import run
+from ref.conformance.catalog import discover, flags
 
 
 @pytest.mark.parametrize("op_name", list(discover()))
-def test_conformance(op_name, ref_implementation, ref_entries, request):
-    skips, xfails = ref_entries
-    report = run(ref_implementation, ops=[op_name], examples=request.config.getoption("--ref-examples"),
-                 skips=skips, xfails=xfails)
+def test_conformance(op_name, ref_implementation, ref_run, request):
+    report = ref_run(op_name)
     result = report.ops[0]
     if result.verdict == "not covered":
         pytest.skip(f"{ref_implementation.name} does not provide {op_name}")
@@ -20,4 +17,8 @@ def test_conformance(op_name, ref_implementation, ref_entries, request):
         pytest.skip("; ".join(result.notes))
     if result.verdict == "xfail":
         pytest.xfail("; ".join(f.where for f in result.xfailed))
-    assert result.verdict != "fail", "\n" + report.details()
+    if result.verdict == "fail":
+        # every failure in the text, unless a JSON report (--ref-report) holds the rest
+        limit = 5 if request.config.getoption("--ref-report") else max(len(result.failures), 1)
+        details = report.details(limit=limit, flag_notes=flags())
+        pytest.fail(f"{op_name} fails ({result.spec}):\n{details}", pytrace=False)

@@ -1,35 +1,31 @@
-"""Independent scale layouts (tile reshapes, no offset formula), integer group codecs
-(a loop over groups with float32 scalars) and int32 packing (Python integers), with
-the bugs the corpus needs switched on by name."""
+"""The integer group, packing and layout bug corpus on the default run's kernels
+(ref.conformance.adapters.numpy_groups): with no bugs each function here is the
+product's; a bug is one step changed (the layout's 32-row interleave transposed, the
+word order swapped, a ragged word padded, dirty bits masked), or, for the group
+quantizer, a loop over groups with float32 scalars and the bug switched on by name."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ref.conformance.adapters import numpy_groups as product
 from ref.conformance.implementation import Implementation
 
 F = np.float32
-FLOOR = F(np.finfo(F).eps)  # the smallest scale (compressed-tensors' clamp)
-AWQ = [0, 2, 4, 6, 1, 3, 5, 7]
+FLOOR = product.SCALE_FLOOR  # the smallest scale (compressed-tensors' clamp)
 
 
 def to_blocked(scales, bugs=()):
-    scales = np.asarray(scales)
-    if scales.ndim != 2:
-        raise ValueError("scales: 2-D")
-    rows, cols = scales.shape
-    rp, cp = -(-rows // 128) * 128, -(-cols // 4) * 4
-    padded = np.zeros((rp, cp), scales.dtype)
-    padded[:rows, :cols] = scales
-    tiles = padded.reshape(rp // 128, 128, cp // 4, 4).transpose(0, 2, 1, 3)  # [tr, tc, 128, 4]
-    inner = tiles.reshape(*tiles.shape[:2], 4, 32, 4)  # row = 32 i + j -> [i, j, c]
-    if "transposed" not in bugs:
-        inner = inner.transpose(0, 1, 3, 2, 4)  # [j, i, c]: rows r, r+32, r+64, r+96 share a line
-    return inner.reshape(-1)
+    out = product.to_blocked(scales)
+    if "transposed" in bugs:  # rows r and r + 32 swapped with the 4-row groups: [i, j, c] inside a tile
+        out = out.reshape(-1, 32, 4, 4).transpose(0, 2, 1, 3).reshape(-1)
+    return out
 
 
 def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
     w = np.asarray(w)
+    if not bugs:
+        return product.quantize_groups(w, bits=bits, group=group, scheme=scheme, zero_storage=zero_storage)
     if w.dtype not in (np.float32, np.float16) or not np.isfinite(w).all():
         raise ValueError("w: finite float32 or float16")
     w = w.astype(F)
@@ -84,11 +80,14 @@ def quantize_groups(w, bits, group, scheme, bugs=(), zero_storage="exact"):
 def dequantize_groups(codes, scales, zeros, bits, group, zero_storage="exact", bugs=()):
     """One weight at a time: w[i] = f32(scale[i // group] * (q[i] - zero[i // group]))."""
     codes, scales, zeros = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
+    if "mask" in bugs and codes.dtype == np.uint8 and zeros.dtype == np.uint8:
+        # keep the low `bits` of each byte, as a kernel reading nibbles does
+        codes, zeros = codes & np.uint8((1 << bits) - 1), zeros & np.uint8((1 << bits) - 1)
+    if "ragged" not in bugs:
+        return product.dequantize_groups(codes, scales, zeros, bits=bits, group=group, zero_storage=zero_storage)
     if codes.dtype != np.uint8 or zeros.dtype != np.uint8 or scales.dtype != F or codes.ndim == 0:
         raise TypeError("codes, zeros: uint8; scales: float32")
-    if "mask" in bugs:  # keep the low `bits` of each byte, as a kernel reading nibbles does
-        codes, zeros = codes & ((1 << bits) - 1), zeros & ((1 << bits) - 1)
-    elif (codes.size and codes.max() >> bits) or (zeros.size and zeros.max() >> bits):
+    if (codes.size and codes.max() >> bits) or (zeros.size and zeros.max() >> bits):
         raise ValueError("codes, zeros: bits above the code width")
     n = codes.shape[-1]
     if n % group and "ragged" not in bugs:
@@ -111,17 +110,9 @@ def pack_int32(codes, order="gptq", bugs=()):
     codes = np.asarray(codes)
     if "pad" in bugs and codes.ndim and codes.shape[-1] % 8:  # zero-fill the last word
         codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], -codes.shape[-1] % 8), codes.dtype)], axis=-1)
-    if codes.dtype != np.uint8 or codes.ndim == 0 or codes.shape[-1] % 8 or (codes.size and codes.max() > 15):
-        raise ValueError("codes: uint8 0..15, last axis a multiple of 8")
-    flat = codes.reshape(-1, 8)
-    use_awq = (order == "awq") != ("swap_order" in bugs)
-    words = []
-    for eight in flat.tolist():
-        word = 0
-        for i in range(8):
-            word |= eight[AWQ[i] if use_awq else i] << (4 * i)
-        words.append(word - (1 << 32) if word >= 1 << 31 else word)
-    return np.array(words, dtype=np.int32).reshape(*codes.shape[:-1], codes.shape[-1] // 8)
+    if "swap_order" in bugs:
+        order = "gptq" if order == "awq" else "awq"
+    return product.pack_int32(codes, order=order)
 
 
 def _impl(name, ops, variants):

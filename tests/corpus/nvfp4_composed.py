@@ -1,28 +1,23 @@
-"""An independent NVFP4 codec: each recipe's float32 steps written with ml_dtypes'
-casts (E4M3 clipped to +-448 first, as satfinite does; E2M1 saturates by itself)."""
+"""The NVFP4 bug corpus on the default run's NVFP4 codec
+(ref.conformance.adapters.numpy_blocks: each recipe's float32 steps with ml_dtypes'
+casts). With no bugs every function here is the product's; with `bugs` the recipe's
+steps are written out below with the named step changed, from the product's pieces
+(the E4M3 cast, the Hadamard transform, the E2M1 grid)."""
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
 
+from ref.conformance.adapters import numpy_blocks as nb
+
 F = np.float32
-
-
-def _e4m3(v):
-    with np.errstate(invalid="ignore"):
-        return np.clip(v, F(-448), F(448)).astype(ml_dtypes.float8_e4m3fn)
-
-
-SIGNS = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float64)
-H2 = np.array([[1.0, 1.0], [1.0, -1.0]])
-H16 = np.kron(H2, np.kron(H2, np.kron(H2, H2)))  # Sylvester's construction
+_e4m3 = nb.e4m3
+SIGNS, H16, E2M1_GRID = nb.SIGNS, nb.H16, nb.E2M1_GRID
 
 
 def hadamard(x, bugs=()):
-    chunks = x.astype(np.float64).reshape(*x.shape[:-1], x.shape[-1] // 16, 16)
-    signs = SIGNS if "no_signs" not in bugs else np.ones(16)
-    return ((chunks * signs) @ H16 / 4).reshape(x.shape).astype(F)
+    return nb.hadamard(x, np.ones(16) if "no_signs" in bugs else nb.SIGNS)
 
 
 def _as_rows(a, bugs):
@@ -37,14 +32,13 @@ def _pad(a, bugs):
     return np.concatenate([a, np.zeros((*a.shape[:-1], 16 - a.shape[-1] % 16), a.dtype)], axis=-1)
 
 
-E2M1_GRID = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-
-
 def stochastic_e2m1(q, rbits, bugs=()):
     """E2M1 codes of q (float32, |q| <= 6) rounded up in magnitude iff the fraction of
     |q| between its grid neighbours plus R / 256 reaches 1, R the top byte of rbits
     (in float64, exact for these values). Bugs: 'sr_all_bits' reads all 32 bits,
     'sr_nearest' ignores the bits."""
+    if "sr_all_bits" not in bugs and "sr_nearest" not in bugs:
+        return nb.stochastic_e2m1(q, rbits)
     a = np.abs(q.astype(np.float64))
     i = np.clip(np.searchsorted(E2M1_GRID, a, side="right") - 1, 0, 6)
     lo, hi = E2M1_GRID[i], E2M1_GRID[i + 1]
@@ -71,6 +65,10 @@ def quantize_stochastic(x, rbits, recipe="transformer_engine", tile_2d=False, rh
 
 def quantize(x, recipe="transformer_engine", global_amax=None, tile_2d=False, bugs=(), rht=False, rbits=None):
     x = np.asarray(x)
+    if not bugs:
+        if rbits is None:
+            return nb.nvfp4_quantize(x, recipe=recipe, global_amax=global_amax, tile_2d=tile_2d, rht=rht)
+        return nb.nvfp4_quantize_stochastic(x, rbits, recipe=recipe, tile_2d=tile_2d, rht=rht)
     if x.dtype not in ((F,) if "no_float16" in bugs else (F, np.float16)):
         raise TypeError("x: float32 or float16")
     n = x.shape[-1]
@@ -130,6 +128,8 @@ def dequantize(codes, scales, global_scale, recipe="transformer_engine", order="
     """e * sb * d: float64 (exact), or float32 with the scales multiplied first
     (torchao); `bugs` swaps one order for the other."""
     codes, scales = np.asarray(codes), np.asarray(scales)
+    if not bugs:
+        return nb.nvfp4_dequantize(codes, scales, global_scale, recipe=recipe, order=order)
     if "mask_dirty" in bugs and codes.dtype == np.uint8:
         codes = codes & 0xF
     if codes.dtype != np.uint8 or scales.dtype != np.uint8 or (codes.size and codes.max() > 15):

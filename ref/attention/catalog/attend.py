@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from ref.attention import attend, emulate
+from ref.attention import emulate
+from ref.attention.attend import attend
 from ref.attention.catalog.common import ATTENTION, OUT_LSE, SINK_IN_LSE, Vectors
 from ref.formats.minifloat import round_to
 from ref.testing.attention_cases import attend_case_flags, attend_cases, grid, qkv
@@ -209,7 +210,7 @@ def _attend_vectors() -> Vectors:
 
 OPERATIONS = [
     ATTENTION.bounded(
-        "attend", attend.attend, anchor="attend",
+        "attend", attend, anchor="attend",
         summary="scaled dot-product attention (GQA, masks, sinks, softcap) -> (out, lse)",
         variants=(SINK_IN_LSE,), vectors=_attend_vectors, examples=attend_cases, outputs=("out", "lse"),
         emulate=emulate.attend, bounds=OUT_LSE, case_flags=attend_case_flags),

@@ -4,7 +4,7 @@ attend and attend_varlen, and a vector list to add to."""
 
 from __future__ import annotations
 
-from ref.attention import attend
+from ref.attention.attend import SinkInLse
 from ref.testing.bounded import Bound
 from ref.testing.catalog_types import Area, Variant
 from ref.testing.vector_files import Case, VectorSpec
@@ -19,7 +19,7 @@ OUT_LSE = {"out": OUT_BOUND, "lse": LSE_BOUND}  # attend, attend_varlen, mla
 
 # The LSE's base (FlashInfer: 2) and FlashAttention-2's +inf for an empty row are
 # options of the oracles, not catalog axes: an adapter converts (lse_from_base2).
-SINK_IN_LSE = Variant("sink_in_lse", attend.SinkInLse, attend.SinkInLse.INCLUDED,
+SINK_IN_LSE = Variant("sink_in_lse", SinkInLse, SinkInLse.INCLUDED,
                       "whether the learnable sink's term is part of the returned LSE")
 
 

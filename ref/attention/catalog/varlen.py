@@ -14,7 +14,8 @@ from functools import partial
 
 import numpy as np
 
-from ref.attention import attend, emulate
+from ref.attention import emulate
+from ref.attention.attend import attend_varlen
 from ref.attention.catalog.common import ATTENTION, OUT_LSE, SINK_IN_LSE, Vectors
 from ref.testing import attention_cases
 from ref.testing.attention_cases import attend_case_flags, grid, varlen_cases
@@ -66,7 +67,7 @@ def _varlen_vectors() -> Vectors:
 
 OPERATIONS = [
     ATTENTION.bounded(
-        "attend_varlen", attend.attend_varlen, anchor="attend_varlen",
+        "attend_varlen", attend_varlen, anchor="attend_varlen",
         summary="attention over a packed batch of variable-length sequences -> (out, lse)",
         variants=(SINK_IN_LSE,), vectors=_varlen_vectors, examples=varlen_cases, outputs=("out", "lse"),
         emulate=emulate.attend_varlen, bounds=OUT_LSE, case_flags=attend_case_flags),

@@ -42,22 +42,23 @@ def sample(x, *, seed, fmt: str, sr_bits: int = 32, **_variants):
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
         raise TypeError(f"x: expected float16, float32 or float64, got {x.dtype}")
-    dtype = _DTYPES[fmt]
-    info = ml_dtypes.finfo(dtype)
-    a = np.abs(x.astype(np.float64))
-    finite = np.isfinite(a)
-    a = np.where(finite, a, 0.0)
-    q = _spacing(a, info)
-    t = np.floor(a / q)
-    f = a / q - t  # exact: q is a power of two
-    n = 1 << sr_bits
-    k = np.random.Generator(np.random.Philox(seed)).integers(0, n, x.shape, dtype=np.uint64)
-    magnitude = (t + (k.astype(np.float64) >= n - np.floor(np.ldexp(f, sr_bits)))) * q
-    if fmt in _NO_INF:
-        magnitude = np.minimum(magnitude, float(info.max))
-    value = np.where(finite, np.where(np.signbit(x), -magnitude, magnitude), x.astype(np.float64))
-    bits = np.dtype(f"uint{8 * np.dtype(dtype).itemsize}")
-    return value.astype(np.float32).astype(dtype).view(bits) if fmt != "float16" else value.astype(dtype).view(bits)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN payloads and overflow to Inf are results here
+        dtype = _DTYPES[fmt]
+        info = ml_dtypes.finfo(dtype)
+        a = np.abs(x.astype(np.float64))
+        finite = np.isfinite(a)
+        a = np.where(finite, a, 0.0)
+        q = _spacing(a, info)
+        t = np.floor(a / q)
+        f = a / q - t  # exact: q is a power of two
+        n = 1 << sr_bits
+        k = np.random.Generator(np.random.Philox(seed)).integers(0, n, x.shape, dtype=np.uint64)
+        magnitude = (t + (k.astype(np.float64) >= n - np.floor(np.ldexp(f, sr_bits)))) * q
+        if fmt in _NO_INF:
+            magnitude = np.minimum(magnitude, float(info.max))
+        value = np.where(finite, np.where(np.signbit(x), -magnitude, magnitude), x.astype(np.float64))
+        bits = np.dtype(f"uint{8 * np.dtype(dtype).itemsize}")
+        return value.astype(np.float32).astype(dtype).view(bits) if fmt != "float16" else value.astype(dtype).view(bits)
 
 
 OPS = {f"formats.{fmt}.encode_stochastic_rng": partial(sample, fmt=fmt) for fmt in _DTYPES}
