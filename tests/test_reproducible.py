@@ -26,11 +26,10 @@ def _python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
 def test_conform_writes_nothing_into_the_working_directory(tmp_path):
     """Without the context, hypothesis caches the local modules' constants under
     ./.hypothesis/constants; the isolated child is covered too."""
-    for extra in ([], ["--isolate"]):
-        done = _python("", tmp_path, "-m", "ref", "conform", "--ops", "formats.float8_e4m3fn.encode,attention.rope",
-                       "--examples", "10", *extra)
+    for ops, extra in (("formats.float8_e4m3fn.encode,attention.rope", []), ("attention.rope", ["--isolate"])):
+        done = _python("", tmp_path, "-m", "ref", "conform", "--ops", ops, "--examples", "5", *extra)
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "2 ops: 2 pass" in done.stdout, done.stdout
+        assert done.stdout.rstrip().endswith(" pass"), done.stdout  # "N ops: N pass"
         assert sorted(p.name for p in tmp_path.iterdir()) == [], extra
 
 
@@ -58,7 +57,7 @@ RECORD = textwrap.dedent("""
             seen.append({k: (np.asarray(v).tobytes().hex() if hasattr(v, "shape") else v)
                          for k, v in sorted(kwargs.items())})
             return DEFAULT.ops[OP](**kwargs)
-        report = run(replace(DEFAULT, ops={**DEFAULT.ops, OP: encode}), ops=[OP], examples=40)
+        report = run(replace(DEFAULT, ops={**DEFAULT.ops, OP: encode}), ops=[OP], examples=30)
         assert report.ops[0].verdict == "pass", report.details()
         return seen
 
@@ -92,7 +91,7 @@ def test_the_draws_do_not_depend_on_local_modules(tmp_path):
     done = _python(RECORD, tmp_path, str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["n"] >= 40
+    assert result["n"] >= 30
     assert result["same"]
     assert result["inside"] == 0
     assert result["outside"] > 0, "hypothesis drew none of the local constants: the control no longer tests anything"
