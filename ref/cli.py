@@ -167,7 +167,7 @@ def _table(report, show_uncovered: bool, name: str) -> str:
     """The table; not-covered rows summarized in one line unless asked for."""
     uncovered = sum(r.verdict == "not covered" for r in report.ops)
     if show_uncovered or not uncovered:
-        return report.table()
+        return report.table(show_uncovered=True)
     shown = dataclasses.replace(report, ops=[r for r in report.ops if r.verdict != "not covered"])
     table = shown.table() if shown.ops else "(no op judged)"
     return f"{table}\n{uncovered} ops not covered by {name} (--show-uncovered lists them)"

@@ -148,3 +148,11 @@ def test_negative_controls_fail_at_every_precision(problem, precision, control):
         out = np.roll(out, 1, axis=2)
     cmp = _judge(precision, inputs, opts, (out, lse))
     assert not cmp.ok
+
+
+def test_a_bounded_mismatch_shows_both_bit_patterns():
+    e = np.array([1.0, 2.0, 4.0])
+    got = np.array([1.0, 2.0, 4.5], dtype=np.float32)
+    cmp = compare_bounded(e, e, got, precision="float32")
+    assert not cmp.ok and cmp.first.index == (2,)
+    assert (cmp.first.expected_bits, cmp.first.actual_bits) == ("0x4010000000000000", "0x40900000")

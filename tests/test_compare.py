@@ -139,3 +139,34 @@ def test_float64_values_are_compared_without_overflow():
     assert compare_values(np.float64([np.nan, -0.0]), np.float64([-np.nan, -0.0]), fmt="float64").ok
     assert compare_values(np.float64([np.nan]), np.float64([1.0]), fmt="float64").worst == np.inf
     assert not compare_values(np.float64([np.inf]), np.float64([-np.inf]), fmt="float64").ok
+
+
+def test_summary_is_describe_without_the_first_mismatch():
+    x = np.array([1.0, 1.0625, 3.0], dtype=np.float32)  # 1.0625 is a tie of E4M3 between 1 and 1.125
+    expected = encode(x, "float8_e4m3fn")
+    actual = expected.copy()
+    actual[1] += 1
+    cmp = compare_codes(expected, actual, "float8_e4m3fn")
+    assert not cmp.ok and cmp.first.index == (1,)
+    assert cmp.summary() == "1 of 3 elements differ (worst 1 ulp of float8_e4m3fn, tolerance 0)"
+    assert cmp.describe().startswith(cmp.summary() + "; first at index (1,)")
+    shape = compare_codes(expected, actual[:2], "float8_e4m3fn")
+    assert shape.summary() == shape.describe()  # a problem has no first mismatch to leave out
+
+
+@given(st.floats(width=32, allow_nan=False))
+def test_float_bits_are_the_dtype_bits_of_a_value_it_holds(x):
+    from ref.testing.compare import float_bits
+
+    value = np.float32(x)
+    assert float_bits(float(value), np.float32) == f"0x{int(value.view(np.uint32)):08x}"
+    if value != 0 and np.isfinite(value):  # a value float32 cannot hold: its float64 bits
+        between = float(value) * (1 + 2.0**-40)
+        assert float_bits(between, np.float32) == f"0x{int(np.float64(between).view(np.uint64)):016x}"
+
+
+def test_a_float_mismatch_shows_the_bits_of_the_compared_dtype():
+    cmp = compare_values(np.float32([1.0, 2.0]), np.float32([1.0, 2.5]))
+    assert (cmp.first.expected_bits, cmp.first.actual_bits) == ("0x40000000", "0x40200000")
+    cmp = compare_values(np.float64([1.0, 0.1]), np.float32([1.0, 0.1]), fmt="float64")
+    assert cmp.first.expected_bits == "0x3fb999999999999a"  # float32 cannot hold float64's 0.1

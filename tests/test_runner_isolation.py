@@ -66,13 +66,23 @@ def _strict(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
+def _schema_errors(doc) -> None:
+    """The report validates against spec/report.schema.json."""
+    jsonschema = pytest.importorskip("jsonschema", reason="the test extra installs jsonschema")
+    schema = json.loads((TESTS.parent / "spec" / "report.schema.json").read_text())
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+    assert not errors, errors[:5]
+
+
 def test_each_crash_fails_its_own_op_and_the_others_run(tmp_path):
     out = tmp_path / "r.json"
     cmd, env = _cli("--impl", "test_runner_isolation:BROKEN", "--ops", ",".join(BROKEN), "--examples", "2",
                     "--no-shrink", "--isolate", "--timeout", "1", "--report", str(out))
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
-    rows = {r["op"]: r for r in _strict(out.read_text())["ops"]}
+    doc = _strict(out.read_text())
+    _schema_errors(doc)
+    rows = {r["op"]: r for r in doc["ops"]}
     assert list(rows) == sorted(BROKEN)
 
     def failure(op):
@@ -86,6 +96,8 @@ def test_each_crash_fails_its_own_op_and_the_others_run(tmp_path):
     crashed, exited = failure("formats.float16.encode"), failure("formats.float8_e5m2.encode")
     assert "died of SIGSEGV" in crashed["detail"] and "exited with status 7" in exited["detail"]
     assert crashed["where"] == exited["where"] == "vector 1"
+    assert crashed["op"] == "formats.float16.encode" and crashed["spec"] == "spec/formats.md#encode"
+    assert crashed["vector"] is None or crashed["vector"] == 1  # the child died: the parent names the check
     assert crashed["comment"] == exited["comment"] == "the implementation's call ended the process"
     assert "SystemExit: 3" in rows["formats.bfloat16.encode"]["failures"][0]["detail"]
     assert rows["formats.float8_e4m3fnuz.encode"]["verdict"] == "pass"
@@ -107,6 +119,7 @@ def test_a_killed_run_leaves_a_valid_partial_report(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)  # the runner and its child, as a killed job would go
         proc.wait()
     doc = _strict(out.read_text())
+    _schema_errors(doc)
     assert doc["complete"] is False and doc["ok"] is False
     assert [r["op"] for r in doc["ops"]] == ["formats.float8_e4m3fnuz.encode"]
     assert doc["ops"][0]["verdict"] == "pass"

@@ -17,9 +17,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Entry", "Failure", "OpReport", "Report", "VERDICTS", "parse_entries", "strict_json"]
+__all__ = ["Entry", "Failure", "IMPLEMENTATION_LIBRARIES", "OpReport", "RATIO_EDGES", "Report", "SCHEMA", "VERDICTS",
+           "empty_histogram", "parse_entries", "strict_json", "versions"]
 
 VERDICTS = ("pass", "fail", "acceptable-difference", "xfail", "skipped", "not covered")
+SCHEMA = "llm-ref-report/1"
+RATIO_EDGES = (0, 1 / 64, 1 / 16, 1 / 4, 1 / 2, 1, 2, 4, 16, "inf")
+# libraries an implementation may have brought in, reported when imported by the end of the run
+IMPLEMENTATION_LIBRARIES = ("torch", "torchao", "transformers", "jax", "cupy", "triton")
 
 
 @dataclass(frozen=True)
@@ -52,17 +57,54 @@ def parse_entries(text: str, *, source: str = "entries") -> list[Entry]:
 
 @dataclass
 class Failure:
+    """One failed check, structured: where (`vector 5`, `exhaustive case 3`,
+    `property`, `trace 2`, `op`), the vector's comment (or the example), flags and
+    params, a one-line `detail`, and, where an output was compared, the first
+    mismatching `index`, the `inputs` behind it (name -> text), `expected` and `got`
+    (values as text) with their bits. The runner adds `op`, `spec` and `flag_text`."""
+
     where: str
     comment: str
     flags: tuple[str, ...]
     params: dict[str, Any]
     detail: str
+    vector: int | None = None
+    index: list[int] | None = None
+    inputs: dict[str, str] = field(default_factory=dict)
+    expected: str | None = None
+    got: str | None = None
+    expected_bits: str | None = None
+    got_bits: str | None = None
+    flag_text: dict[str, str] = field(default_factory=dict)
+    spec: str = ""
+    op: str = ""
+    precision: str = ""  # a bounded op's: the precision this case was judged at
+    hint: str = ""  # a remedy the evidence suggests (declare another PRECISION, say)
+    fits: dict[str, float] = field(default_factory=dict)  # coarser precision -> error / its bound, where <= 1
 
-    def describe(self) -> str:
+    def describe(self, *, context: bool = True) -> str:
+        """The failure for a kernel engineer, one fact a line: the op (with `context`),
+        where, flags and comment, the params; then the inputs, expected vs got with
+        bits, the detail, the precision and hint, each flag's bug, the spec section."""
         flags = f" [{', '.join(self.flags)}]" if self.flags else ""
         params = ", ".join(f"{k}={v}" for k, v in self.params.items())
-        head = f"{self.where}{flags}: {self.comment}" + (f" ({params})" if params else "")
-        return f"{head}\n      {self.detail}"
+        op = f"{self.op} " if context and self.op else ""
+        lines = [f"{op}{self.where}{flags}: {self.comment}" + (f" ({params})" if params else "")]
+        for name, text in self.inputs.items():
+            lines.append(f"input {text}" if text.startswith((f"{name}[", f"{name} ")) else f"input {name}: {text}")
+        if self.expected is not None or self.got is not None:
+            at = f"first at index {tuple(self.index)}: " if self.index is not None else ""
+            bits = f" (bits {self.expected_bits} vs {self.got_bits})" if self.expected_bits is not None else ""
+            lines.append(f"{at}expected {self.expected}, got {self.got}{bits}")
+        lines.append(self.detail)
+        if self.precision:
+            lines.append(f"judged at {self.precision}")
+        if self.hint:
+            lines.append(self.hint)
+        lines += [f"{flag}: catches {text}" for flag, text in self.flag_text.items()]
+        if context and self.spec:
+            lines.append(f"spec: {self.spec}")
+        return "\n      ".join(lines)
 
 
 @dataclass
@@ -85,6 +127,26 @@ class OpReport:
     xfailed: list[Failure] = field(default_factory=list)
     acceptable: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    precision: str = ""  # bounded ops: the precision(s) judged at, comma-separated
+    # bounded ops: {"edges": RATIO_EDGES, "counts": [...]} of error / bound over compared outputs
+    ratio_histogram: dict[str, list] | None = None
+    classes: dict[str, dict[str, int]] | None = None  # array ops: flag -> {"cases", "failed"}
+
+    def count_ratio(self, value: float) -> None:
+        """Count one compared output's error / bound in `ratio_histogram` (bin i holds
+        edges[i] <= value < edges[i+1]; an infinite ratio falls in the last bin)."""
+        if self.ratio_histogram is None:
+            self.ratio_histogram = empty_histogram()
+        if math.isnan(value):
+            return
+        finite = [e for e in RATIO_EDGES if e != "inf"]
+        i = sum(value >= e for e in finite) - 1
+        self.ratio_histogram["counts"][max(i, 0)] += 1
+
+
+def empty_histogram() -> dict[str, list]:
+    """A ratio histogram with no output counted."""
+    return {"edges": list(RATIO_EDGES), "counts": [0] * (len(RATIO_EDGES) - 1)}
 
 
 @dataclass
@@ -101,34 +163,56 @@ class Report:
     def counts(self) -> dict[str, int]:
         return {v: sum(r.verdict == v for r in self.ops) for v in VERDICTS if any(r.verdict == v for r in self.ops)}
 
+    @property
+    def judged(self) -> int:
+        """The number of ops actually judged (verdict neither "not covered" nor "skipped")."""
+        return sum(r.verdict not in ("not covered", "skipped") for r in self.ops)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report document (spec/report.schema.json), before strict JSON encoding."""
+        return {"schema": SCHEMA, **self.meta, "versions": self.meta.get("versions") or versions(),
+                "implementation": self.implementation, "summary": self.counts(), "ok": self.ok,
+                "complete": self.complete, "judged": self.judged, "ops": [asdict(r) for r in self.ops]}
+
     def to_json(self) -> str:
         """Strict JSON (RFC 8259): a non-finite number is written as the string
         "inf", "-inf" or "nan", never as the bare Infinity/NaN strict parsers reject."""
-        doc = {**self.meta, "implementation": self.implementation, "summary": self.counts(), "ok": self.ok,
-               "complete": self.complete, "ops": [asdict(r) for r in self.ops]}
-        return strict_json(doc)
+        return strict_json(self.to_dict())
 
-    def table(self) -> str:
-        rows = [("op", "kind", "vectors", "examples", "worst/tol", "verdict")]
+    def table(self, *, show_uncovered: bool = False) -> str:
+        """One row per op; ops the implementation does not provide are summed up in a
+        line after the table unless `show_uncovered`."""
+        rows = [("op", "kind", "vectors", "examples", "worst/tol", "precision", "verdict")]
+        hidden = 0
         for r in self.ops:
+            if r.verdict == "not covered" and not show_uncovered:
+                hidden += 1
+                continue
             vec = f"{r.vectors_passed}/{r.vectors_run}" + (f" ({r.vectors_skipped} skip)" if r.vectors_skipped else "")
             worst = "-" if r.verdict in ("not covered", "skipped") else f"{r.worst:g}/{r.tolerance:g}"
-            rows.append((r.op, r.kind, vec, str(r.examples + r.exhaustive_cases), worst, r.verdict))
+            rows.append((r.op, r.kind, vec, str(r.examples + r.exhaustive_cases), worst, r.precision or "-",
+                         r.verdict))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        if hidden:
+            lines.append(f"{hidden} ops not covered by {self.implementation.get('name') or 'the implementation'} "
+                         f"(--show-uncovered lists them)")
         return "\n".join(lines)
 
-    def details(self, limit: int = 5, flag_notes: Mapping[str, Any] | None = None) -> str:
+    def details(self, limit: int = 5, flag_notes: Mapping[str, Any] | None = None,
+                written: str | None = None) -> str:
         """Failures (at most `limit` per op), notes, acceptable differences, xfails;
-        with `flag_notes` (flag -> Flag), the bug class of each failing flag once per op."""
+        with `flag_notes` (flag -> Flag), the bug class of each failing flag without its
+        text once per op; `written`: the path of the JSON report, named where failures
+        are left out (nothing points at a report that was not written)."""
         out = []
         for r in self.ops:
             if r.failures:
-                out.append(f"FAIL {r.op} ({r.spec})")
-                out += ["  " + f.describe() for f in r.failures[:limit]]
+                out.append(f"FAIL {r.op} ({r.spec})" + (f", judged at {r.precision}" if r.precision else ""))
+                out += ["  " + f.describe(context=False) for f in r.failures[:limit]]
                 if len(r.failures) > limit:
-                    out.append(f"  ... {len(r.failures) - limit} more failures in the JSON report")
-                out += _flag_lines(r.failures[:limit], flag_notes or {})
+                    out.append(f"  ... {len(r.failures) - limit} more failures" + (f" in {written}" if written else ""))
+                out += _flag_lines([f for f in r.failures[:limit] if not f.flag_text], flag_notes or {})
             for note in r.notes:
                 out.append(f"NOTE {r.op}: {note}")
             if r.acceptable:
@@ -143,6 +227,22 @@ class Report:
 def _flag_lines(failures: Sequence[Failure], notes: Mapping[str, Any]) -> list[str]:
     seen = dict.fromkeys(flag for f in failures for flag in f.flags if flag in notes)
     return [f"  {flag}: catches {notes[flag].bug}" for flag in seen]
+
+
+def versions() -> dict[str, str]:
+    """The versions that shaped a run: Python, NumPy, ml_dtypes, hypothesis, and each
+    implementation library (IMPLEMENTATION_LIBRARIES) already imported."""
+    import platform
+    import sys
+
+    found = {"python": platform.python_version(), "numpy": np.__version__}
+    for name in ("ml_dtypes", "hypothesis", *IMPLEMENTATION_LIBRARIES):
+        module = sys.modules.get(name)
+        if module is None and name in ("ml_dtypes", "hypothesis"):
+            module = __import__(name)
+        if module is not None:
+            found[name] = str(getattr(module, "__version__", "unknown"))
+    return found
 
 
 def strict_json(doc: Any) -> str:

@@ -27,17 +27,17 @@ from typing import Any
 import numpy as np
 
 import ref
-from ref.conformance.catalog import discover
+from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import Implementation
 from ref.conformance.judges import Settings, judge_module
 from ref.conformance.judges.candidate import BadOutput, CandidateExit, Watch, short
+from ref.conformance.report import VERDICTS, Entry, Failure, OpReport, Report, parse_entries, versions
 from ref.conformance.reproducible import reproducible_draws
-from ref.conformance.report import VERDICTS, Entry, Failure, OpReport, Report, parse_entries
 from ref.testing.catalog_types import Operation
 from ref.testing.vector_files import load_manifest
 
 __all__ = ["BadOutput", "CandidateExit", "Entry", "Failure", "OpReport", "Report", "Settings", "VERDICTS",
-           "parse_entries", "run", "run_op"]
+           "annotate", "parse_entries", "run", "run_op"]
 
 
 def run(
@@ -90,14 +90,27 @@ def run(
             for op in selected:
                 if progress:
                     progress(op.name)
-                report.ops.append(run_one(op))
+                report.ops.append(annotate(run_one(op), op))
+                report.meta["versions"] = versions()
                 if on_op:
                     on_op(report)
     except KeyboardInterrupt:
         report.meta["interrupted"] = (f"KeyboardInterrupt while {op.name} ran; "
                                       f"{len(selected) - len(report.ops)} of {len(selected)} ops not reported")
         return report
+    report.meta["versions"] = versions()  # the implementation's libraries are imported by now
     report.complete = True
+    return report
+
+
+def annotate(report: OpReport, op: Operation) -> OpReport:
+    """Each failure and xfail of `report` named with its op, its spec section and the
+    bug text of each of its flags (the catalog's flags)."""
+    notes = flags()
+    for failure in (*report.failures, *report.xfailed):
+        failure.op = failure.op or op.name
+        failure.spec = failure.spec or op.spec
+        failure.flag_text = failure.flag_text or {f: notes[f].bug for f in failure.flags if f in notes}
     return report
 
 
@@ -132,4 +145,4 @@ def run_op(op: Operation, impl: Implementation, chosen: Settings, watch: Watch |
         report.failures.append(Failure("op", "the runner could not finish judging this op", (), {},
                                        f"raised {short(exc)}"))
         report.verdict = "fail"
-    return report
+    return annotate(report, op)

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ref.formats.minifloat import PRECISIONS
-from ref.testing.compare import Comparison, Mismatch
+from ref.testing.compare import Comparison, Mismatch, float_bits
 
 __all__ = ["Bound", "FLOOR_UNITS", "compare_bounded", "compare_bounded_parts", "precision_of", "ratio"]
 
@@ -106,6 +106,7 @@ def compare_bounded(
         a = _float64(actual, "actual")
     except TypeError as exc:
         return Comparison(False, 0, 0, np.inf, unit, problem=str(exc), part=part)
+    a_dtype = np.asarray(actual).dtype
     if a.shape != e.shape:
         return Comparison(False, 0, 0, np.inf, unit, part=part,
                           problem=f"shape {a.shape} differs from the expected {e.shape}")
@@ -119,7 +120,8 @@ def compare_bounded(
     if special_bad.any() or wild.any():
         idx = tuple(int(i) for i in np.argwhere(special_bad | wild)[0])
         return Comparison(False, e.size, int((special_bad | wild).sum()), np.inf, unit, part=part,
-                          first=Mismatch(idx, repr(float(e[idx])), repr(float(a[idx]))),
+                          first=Mismatch(idx, repr(float(e[idx])), repr(float(a[idx])),
+                                         float_bits(e[idx], np.float64), float_bits(a[idx], a_dtype)),
                           problem=None)
     if not finite.any():
         return Comparison(True, e.size, 0, 0.0, unit, 0.0, part=part)
@@ -134,7 +136,8 @@ def compare_bounded(
         return Comparison(True, e.size, 0, worst, unit, tol, part=part)
     idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err_a)), e.shape))
     first = Mismatch(idx, repr(float(e[idx])),
-                     f"{float(a[idx])!r} (a {precision} evaluation of the oracle gives {float(m[idx])!r})")
+                     f"{float(a[idx])!r} (a {precision} evaluation of the oracle gives {float(m[idx])!r})",
+                     float_bits(e[idx], np.float64), float_bits(a[idx], a_dtype))
     return Comparison(False, e.size, int(bad.sum()), worst, unit, tol, first=first, part=part)
 
 

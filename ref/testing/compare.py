@@ -19,7 +19,7 @@ from ref.formats.minifloat import FloatFormat, decode, get_format
 from ref.testing.ulp import bits_to_str, ulp_distance
 
 __all__ = ["Comparison", "Mismatch", "compare_block_codes", "compare_codes", "compare_exact", "compare_parts",
-           "compare_values"]
+           "compare_values", "float_bits"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,15 @@ class Comparison:
         head = f"{self.part}: " if self.part else ""
         return head + self._describe()
 
+    def summary(self) -> str:
+        """As `describe`, without the first mismatch (a structured failure carries it
+        in fields of its own)."""
+        head = f"{self.part}: " if self.part else ""
+        if self.problem or self.ok or self.first is None:
+            return head + self._describe()
+        return head + (f"{self.mismatched} of {self.compared} elements differ (worst {self.worst:g} "
+                       f"{self.unit}, tolerance {self.tolerance:g})")
+
     def _describe(self) -> str:
         if self.problem:
             return self.problem
@@ -79,6 +88,21 @@ def _structural(expected: np.ndarray, actual: np.ndarray, unit: str) -> Comparis
 
 def _hex64(v: float) -> str:
     return "0x" + format(int(np.float64(v).view(np.uint64)), "016x")
+
+
+def float_bits(v: float, dtype: np.dtype) -> str:
+    """The bits of the float `v` as hex in `dtype` (float16/32/64) when that dtype
+    holds v exactly (NaN included), else its float64 bits."""
+    dtype = np.dtype(dtype)
+    ml_float = dtype.kind == "V" and dtype.type is not np.void  # bfloat16, float8_*
+    if not (dtype.kind == "f" or ml_float) or dtype.itemsize not in (1, 2, 4, 8):
+        return _hex64(v)
+    with np.errstate(all="ignore"):
+        narrow = np.array(v, dtype=np.float64).astype(dtype)
+    if not (narrow.astype(np.float64) == v or np.isnan(v)):
+        return _hex64(v)
+    raw = int(narrow.reshape(1).view(f"u{dtype.itemsize}")[0])
+    return f"0x{raw:0{2 * dtype.itemsize}x}"
 
 
 def _first(bad: np.ndarray) -> tuple[int, ...]:
@@ -156,9 +180,10 @@ def compare_values(expected: ArrayLike, actual: ArrayLike, fmt: str = "float32")
         exact, ulp_distance(exp64.astype(native).view(f.code_dtype), act_n.view(f.code_dtype), f), np.inf
     )
     i = _first(bad)
-    first = Mismatch(
+    shown = actual.dtype if actual.dtype in (np.float16, np.float32, np.float64) else np.dtype(np.float64)
+    first = Mismatch(  # bits in the dtype compared (float64 where it cannot hold the value)
         i, repr(float(exp64[i])), repr(float(act64[i])),
-        _hex64(exp64[i]), _hex64(act64[i]),
+        float_bits(exp64[i], shown), float_bits(act64[i], shown),
     )
     return Comparison(False, expected.size, int(bad.sum()), float(dist[bad].max()), unit, first=first)
 

@@ -64,10 +64,20 @@ def _merge_vectors() -> Vectors:
     return v
 
 
+def _case_flags(case) -> tuple[str, ...]:
+    """EmptyPartial for an LSE of -inf, MaskedLse for +inf, MergeShift for an LSE whose
+    exponential overflows float32 (past 88); Random for any other case."""
+    lse = np.concatenate([np.ravel(case.inputs["lse_a"]), np.ravel(case.inputs["lse_b"])]).astype(np.float64)
+    finite = lse[np.isfinite(lse)]
+    found = (("EmptyPartial",) * bool(np.any(lse == -np.inf)) + ("MaskedLse",) * bool(np.any(lse == np.inf))
+             + ("MergeShift",) * bool(finite.size and np.max(np.abs(finite)) > 88))
+    return found or ("Random",)
+
+
 OPERATIONS = [
     ATTENTION.bounded(
         "merge_states", split_kv.merge_states, anchor="merge_states",
         summary="merge two split-KV partials (o, lse) -> (o, lse)",
         vectors=_merge_vectors, examples=merge_cases, outputs=("o", "lse"),
-        emulate=emulate.merge_states, bounds={"o": OUT_BOUND, "lse": LSE_BOUND}),
+        emulate=emulate.merge_states, bounds={"o": OUT_BOUND, "lse": LSE_BOUND}, case_flags=_case_flags),
 ]

@@ -123,10 +123,18 @@ def _rope_vectors() -> Vectors:
     return v
 
 
+def _case_flags(case) -> tuple[str, ...]:
+    """RopePairing for every case (the pairing decides every output), RopeScaling with a
+    scaling, RopePositions past position 4096 (where low-precision angles go wrong)."""
+    scaling = case.params.get("scaling")
+    far = np.size(case.inputs["positions"]) and int(np.max(case.inputs["positions"])) > 4096
+    return ("RopePairing",) + ("RopeScaling",) * bool(scaling) + ("RopePositions",) * bool(far)
+
+
 OPERATIONS = [
     ATTENTION.bounded(
         "rope", rope.apply_rope, anchor="rope",
         summary="rotary position embedding (neox/gptj, partial, llama3/yarn scaling) -> x rotated",
         variants=(STYLE, ATTENTION_FACTOR, MSCALE_KEYS), vectors=_rope_vectors, examples=rope_cases,
-        emulate=emulate.rope, bounds=ROPE_BOUND),
+        emulate=emulate.rope, bounds=ROPE_BOUND, case_flags=_case_flags),
 ]

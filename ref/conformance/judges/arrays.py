@@ -155,7 +155,7 @@ def _run_vectors(judge: ArrayJudge, vectors: Sequence[Vector], xfails, skips) ->
             failure = _run_vector(judge, v, shared)
         except Exception as exc:  # the vector's file or the runner itself: still a named failure
             failure = Failure(f"vector {v.id}", v.comment, v.flags, dict(v.params),
-                              f"could not be checked: {short(exc)}")
+                              f"could not be checked: {short(exc)}", vector=_vector_id(v))
         if failure is SKIPPED or failure is UNSUPPORTED:
             report.vectors_skipped += 1
             report.unsupported += int(failure is UNSUPPORTED)
@@ -176,7 +176,8 @@ def _run_vector(judge: ArrayJudge, v: Vector, shared: SharedOutputs[Vector]) -> 
         earlier = shared.changed()
         if earlier is not None:
             return Failure(f"vector {earlier.id}", earlier.comment, earlier.flags, {},
-                           f"its output changed while vector {v.id} ran (results share a buffer)")
+                           f"its output changed while vector {v.id} ran (results share a buffer)",
+                           vector=_vector_id(earlier))
         if output is not None:
             shared.hold(v, output)
     return None
@@ -195,12 +196,14 @@ def _check_vector(judge: ArrayJudge, v: Vector, case: Case, expected, *, layouts
         except NotImplementedError:
             return UNSUPPORTED, None
         except Exception as exc:  # a crash or an unusable output on a valid input is a failure
-            return Failure(where, v.comment + label, v.flags, dict(case.params), describe_problem(exc)), None
+            return judge.failure(where, v.comment + label, v.flags, case, describe_problem(exc),
+                                 vector=_vector_id(v)), None
         cmp, note = judge.compare(case, actual, expected, v.alternatives if v.result == "acceptable" else {})
         if note:
             judge.report.acceptable.append(f"{where}: {note}")
         if not cmp.ok:
-            return Failure(where, v.comment + label, v.flags, dict(case.params), cmp.describe()), None
+            return judge.failure(where, v.comment + label, v.flags, case, cmp.describe(), seen=judge.seen,
+                                 vector=_vector_id(v)), None
         first = actual if first is None else first
     return None, first
 
@@ -210,11 +213,20 @@ def _check_rejection(judge: ArrayJudge, v: Vector, case: Case) -> Failure | None
     try:
         judge.invoke(case)
     except CandidateExit as exc:
-        return Failure(f"vector {v.id}", v.comment, v.flags, dict(case.params), str(exc))
+        return judge.failure(f"vector {v.id}", v.comment, v.flags, case, str(exc), vector=_vector_id(v))
     except Exception:  # any rejection counts: the input must not be processed
         return None
-    return Failure(f"vector {v.id}", v.comment, v.flags, dict(case.params),
-                   "accepted an input the spec says is invalid")
+    # the inputs it accepted (dtype, shape, values) travel in the failure's `inputs`
+    return judge.failure(f"vector {v.id}", v.comment, v.flags, case,
+                         f"accepted an input the spec says is invalid ({v.comment}): it returned instead of raising",
+                         vector=_vector_id(v))
+
+
+def _vector_id(v: Vector) -> int | None:
+    try:
+        return int(v.id)
+    except (TypeError, ValueError):
+        return None
 
 
 def _run_exhaustive(judge: ArrayJudge, xfails, skips, *, large: bool = False) -> None:
@@ -246,8 +258,9 @@ def _run_exhaustive(judge: ArrayJudge, xfails, skips, *, large: bool = False) ->
             report.exhaustive_cases += 1
             if problem is None:
                 continue
-            failure = Failure(where, f"{part} sweep of {_describe_inputs(case)}", flags, dict(case.params), problem)
-            if not by_flag(xfails, name, flags):
+            failure = judge.failure(where, f"{part} sweep of {_describe_inputs(case)}", flags, case, problem,
+                                    seen=judge.seen, classify=True)
+            if not by_flag(xfails, name, failure.flags) and not by_flag(xfails, name, flags):
                 break
             report.xfailed.append(failure)
             failure = None
@@ -270,13 +283,19 @@ def _describe_inputs(case: Case) -> str:
 def _run_properties(judge: ArrayJudge, examples: int, shrink: bool, xfails, skips) -> None:
     """Random examples. One whose flags a skip entry names is not run; one an xfail
     entry names that fails is xfailed (the first per set of flags kept) and the search
-    goes on for failures no entry names."""
+    goes on for failures no entry names. A failure is shrunk unless it is already
+    named: a vector or sweep case of the op failed (or xfailed), or an xfail entry
+    names the op's properties; the first failing example is reported then."""
     report = judge.report
     name = judge.op.name
     if examples <= 0 or any(e.matches(name, "properties") for e in skips):
         return
+    named = bool(report.failures or report.xfailed) or any(
+        e.part == "properties" and e.matches(name, "properties") for e in xfails)
+    shrink = shrink and not named
     last: dict[str, Any] = {"count": 0, "unsupported": 0, "stage": "drawing an example"}
     xfailed_flags: set[tuple[str, ...]] = set()
+    what = "minimal failing example" if shrink else "failing example" + (" (not shrunk: already named)" * named)
 
     @seed(judge.op.seed)  # the same examples on every run, whatever the runner's code looks like
     @settings(max_examples=examples, database=None, deadline=None,
@@ -303,14 +322,15 @@ def _run_properties(judge: ArrayJudge, examples: int, shrink: bool, xfails, skip
         last["count"] += 1
         if problem is None:
             return
-        failure = Failure("property", f"minimal failing example: {_describe_inputs(case)}, {layout} layout",
-                          flags, dict(case.params), problem)
-        if by_flag(xfails, name, flags):
-            if flags not in xfailed_flags:
-                xfailed_flags.add(flags)
+        seen = judge.seen
+        failure = judge.failure("property", f"{what}: {_describe_inputs(case)}, {layout} layout", flags, case,
+                                problem, seen=seen, classify=True, hint=False)
+        if by_flag(xfails, name, failure.flags) or by_flag(xfails, name, flags):
+            if failure.flags not in xfailed_flags:
+                xfailed_flags.add(failure.flags)
                 report.xfailed.append(replace(failure, comment=failure.comment.replace("minimal ", "", 1)))
             return
-        last["failure"] = failure
+        last["failure"], last["evidence"] = failure, (case, seen)
         raise AssertionError(problem)
 
     failure = None
@@ -322,8 +342,13 @@ def _run_properties(judge: ArrayJudge, examples: int, shrink: bool, xfails, skip
         failure = last.get("failure")
         if failure is None:
             failure = Failure("property", f"{last['stage']} raised", (), {}, short(exc))
-        elif not isinstance(exc, AssertionError):  # e.g. hypothesis' Flaky: the failure did not repeat
-            failure = replace(failure, detail=f"{failure.detail} (then {short(exc)})")
+        else:
+            case, seen = last["evidence"]
+            if seen is not None and not seen.cmp.ok:
+                failure.fits = judge.fits(case, seen)
+                failure.hint = judge.hint_for(failure.fits)
+            if not isinstance(exc, AssertionError):  # e.g. hypothesis' Flaky: the failure did not repeat
+                failure = replace(failure, detail=f"{failure.detail} (then {short(exc)})")
     report.examples += last["count"]
     report.unsupported += last["unsupported"]
     settle(report, failure, name, "properties", xfails)

@@ -8,18 +8,20 @@ it with the oracle; a kind's module subclasses it with its comparison."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ref.conformance.hygiene import InputModified, check_unmodified, lay_out
 from ref.conformance.implementation import Implementation
-from ref.conformance.report import OpReport
+from ref.conformance.judges.evidence import accepted_inputs, block_of, element_case, input_texts
+from ref.conformance.report import Failure, OpReport
 from ref.testing.catalog_types import Operation
 from ref.testing.compare import Comparison
 from ref.testing.vector_files import Case, as_output
 
-__all__ = ["ArrayJudge", "BadOutput", "CandidateExit", "Watch", "call_candidate", "describe_problem",
+__all__ = ["ArrayJudge", "BadOutput", "CandidateExit", "Seen", "Watch", "call_candidate", "describe_problem",
            "numeric_output", "short"]
 
 # watch(state, where, flags): "call" before each call of the candidate, "back" after it.
@@ -94,6 +96,17 @@ def numeric_output(raw: Any, names: Sequence[str] = ()):
     return _numeric(raw, "output")
 
 
+@dataclass(frozen=True)
+class Seen:
+    """The last comparison of a judge and what it compared: the evidence a failure is
+    built from (kept, not rendered, until the failure is recorded)."""
+
+    cmp: Comparison
+    expected: Any
+    actual: Any
+    precision: str = ""
+
+
 class ArrayJudge:
     """Calls the candidate and compares it with the oracle, for one op."""
 
@@ -107,6 +120,9 @@ class ArrayJudge:
         self.open_axes = [v for v in op.variants if v.latitude and v.name not in declared]
         self.at: tuple[str, tuple[str, ...]] = ("", ())  # the check being run, for `watch`
         self.skipped_by_flag = 0
+        self.seen: Seen | None = None  # the last comparison (None after a call that raised)
+        if report.classes is None:
+            report.classes = {}
 
     def flags_of(self, case: Case) -> tuple[str, ...]:
         """The flags a drawn or swept case exercises (the op's case_flags)."""
@@ -128,6 +144,7 @@ class ArrayJudge:
     def call(self, case: Case, layout: str = "C"):
         """The candidate's output on copies of the inputs laid out in memory as `layout`
         says; an implementation that writes into its inputs fails."""
+        self.seen = None
         raw, inputs = self.invoke(case, layout)
         out = numeric_output(raw, self.op.outputs)
         check_unmodified(inputs, case.inputs)
@@ -141,10 +158,71 @@ class ArrayJudge:
         failed comparison naming the exception."""
         self.report.compared += 1
         try:
-            return self.judge_output(case, actual, expected, alternatives)
+            cmp, note = self.judge_output(case, actual, expected, alternatives)
         except Exception as exc:
-            return Comparison(False, 0, 0, np.inf, self.report.unit,
-                              problem=f"checking this output raised {short(exc)}"), None
+            cmp, note = Comparison(False, 0, 0, np.inf, self.report.unit,
+                                   problem=f"checking this output raised {short(exc)}"), None
+        self.seen = Seen(cmp, expected, actual, self.precision_at(case, actual))
+        for flag in self.at[1] or ("unflagged",):
+            counts = self.report.classes.setdefault(flag, {"cases": 0, "failed": 0})
+            counts["cases"] += 1
+            counts["failed"] += not cmp.ok
+        return cmp, note
+
+    def precision_at(self, case: Case, actual) -> str:
+        """The precision an output was judged at ("" for an exact op)."""
+        return ""
+
+    def fits(self, case: Case, seen: Seen) -> dict[str, float]:
+        """Other precisions whose bound a failed output fits, with its error as a
+        fraction of each (the bounded judge; none for an exact op)."""
+        return {}
+
+    def hint_for(self, fits: dict[str, float]) -> str:
+        """A remedy that `fits` suggests ("" when none)."""
+        return ""
+
+    def failure(self, where: str, comment: str, flags: Sequence[str], case: Case, detail: str, *,
+                seen: Seen | None = None, vector: int | None = None, classify: bool = False,
+                hint: bool = True) -> Failure:
+        """A structured failure of `case`: the first mismatching index, the input
+        element(s) behind it, expected and got with their bits, the precision and
+        (with `hint`) a remedy, from `seen` (the comparison that failed; None: the call raised or
+        returned something unusable, and the failure shows the inputs). `classify`
+        takes the flags of the failing element(s) (the op's case_flags) when it has any."""
+        base = Failure(where, comment, tuple(flags), dict(case.params), detail, vector=vector)
+        if seen is None or seen.cmp.ok:
+            base.inputs = accepted_inputs(case.inputs)
+            return base
+        cmp, first = seen.cmp, seen.cmp.first
+        base.precision = seen.precision
+        if hint:
+            base.fits = self.fits(case, seen)
+            base.hint = self.hint_for(base.fits)
+        if first is None:
+            base.inputs = accepted_inputs(case.inputs)
+            return base
+        expected = seen.expected
+        if self.op.outputs and cmp.part in self.op.outputs and isinstance(expected, tuple):
+            expected = expected[self.op.outputs.index(cmp.part)]
+        shape = np.shape(expected)
+        outputs = list(seen.expected) if isinstance(seen.expected, tuple) else [seen.expected]
+        block = block_of([*case.inputs.values(), *outputs])
+        bounded = bool(seen.precision)
+        base.index = [int(i) for i in first.index]
+        base.inputs = input_texts(case.inputs, first.index, shape, row=bounded, block=None if bounded else block)
+        base.expected, base.got = first.expected, first.actual
+        base.expected_bits, base.got_bits = first.expected_bits, first.actual_bits
+        base.detail = cmp.summary()
+        if classify and self.op.case_flags and len(first.index) == len(shape):
+            try:
+                cut = element_case(case, first.index, shape, None if bounded else block)
+                own = tuple(self.op.case_flags(cut)) if cut is not None else ()
+            except Exception:  # the case_flags of a cut-down case: keep the whole case's flags
+                own = ()
+            if own:
+                base.flags = own
+        return base
 
     def judge_output(self, case: Case, actual, expected, alternatives) -> tuple[Comparison, str | None]:
         """The kind's comparison of one output, recorded in the report; `alternatives`

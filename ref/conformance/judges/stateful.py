@@ -209,10 +209,10 @@ def _replay(op, fn, supported, settings, report: OpReport, watch) -> None:
             report.unsupported += 1
             continue
         except Divergence as d:
-            failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params), str(d))
+            failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params), str(d), vector=_id(t.id))
         except Exception as exc:  # the stored trace or the oracle: still a named failure
             failure = Failure(f"trace {t.id}", t.comment, t.flags, dict(t.params),
-                              f"could not be checked: {short(exc)}")
+                              f"could not be checked: {short(exc)}", vector=_id(t.id))
         report.vectors_run += 1
         settle(report, failure, op.name, part, settings.xfails, t.flags)
 
@@ -222,6 +222,9 @@ def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
     if chosen.examples <= 0 or any(e.matches(op.name, "properties") for e in chosen.skips):
         return
     state: dict[str, Any] = {"traces": 0, "unsupported": 0, "failure": None, "stage": "drawing the params"}
+    # a failure already named by a trace, or expected of the properties, is not shrunk
+    shrink = chosen.shrink and not (report.failures or report.xfailed) and not any(
+        e.part == "properties" and e.matches(op.name, "properties") for e in chosen.xfails)
 
     class Machine(RuleBasedStateMachine):
         run: Lockstep
@@ -251,7 +254,7 @@ def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
                 self.declined = True
             except Divergence as d:
                 size = f"of {d.steps} step{'s' * (d.steps > 1)}" if d.steps else "(diverging at construction)"
-                state["failure"] = Failure("property", f"{'minimal ' * chosen.shrink}failing trace {size}", (),
+                state["failure"] = Failure("property", f"{'minimal ' * shrink}failing trace {size}", (),
                                            dict(self.params), str(d))
                 raise AssertionError(str(d)) from None
 
@@ -259,7 +262,7 @@ def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
     chosen_settings = settings(max_examples=chosen.examples, stateful_step_count=op.max_steps, database=None,
                                deadline=None, suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                                report_multiple_bugs=False,
-                               phases=(Phase.generate, Phase.shrink) if chosen.shrink else (Phase.generate,))
+                               phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,))
     failure = None
     try:
         run_state_machine_as_test(machine, settings=chosen_settings)
@@ -272,6 +275,13 @@ def _search(op, fn, supported, chosen, report: OpReport, watch) -> None:
     report.examples += max(state["traces"], 0)
     report.unsupported += state["unsupported"]
     settle(report, failure, op.name, "properties", chosen.xfails)
+
+
+def _id(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _among(value: Any, values: Sequence[Any]) -> bool:

@@ -176,7 +176,8 @@ def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch
             report.unsupported += 1
             continue
         report.vectors_run += 1
-        failure = None if problem is None else Failure(at[0], v.comment, v.flags, dict(case.params), problem)
+        failure = None if problem is None else Failure(at[0], v.comment, v.flags, dict(case.params), problem,
+                                                       vector=v.id if isinstance(v.id, int) else None)
         settle(report, failure, name, str(v.id), xfails, v.flags)
         if stop_at_failure and report.failures:
             break

@@ -15,6 +15,7 @@ from functools import partial
 import numpy as np
 from hypothesis import strategies as st
 
+from ref.formats.catalog.case_classes import for_codes, for_elements
 from ref.formats.catalog.element_vectors import decode_vectors, encode_vectors
 from ref.formats.minifloat import FORMATS, FloatFormat, NanPolicy, NegativePolicy, Rounding, decode, encode
 from ref.testing.catalog_types import Area, ExactOp, Flag, Variant, seed_for
@@ -155,14 +156,14 @@ def _element_ops(f: FloatFormat) -> list[ExactOp]:
         summary=f"float16/32/64 -> {f.name} codes", variants=variants,
         vectors=partial(encode_vectors, f, variants), examples=partial(_encode_examples, f),
         compare=partial(compare_codes, fmt=f.name), array_format=_format_of(f.name, "expected"),
-        exhaustive=partial(_encode_sweep, f), large=partial(_encode_large, f),
+        exhaustive=partial(_encode_sweep, f), large=partial(_encode_large, f), case_flags=for_elements(f.name),
     )
     decode_op = AREA.exact(
         f"{f.name}.decode", partial(decode, fmt=f.name), anchor="decode",
         summary=f"{f.name} codes -> float32", vectors=partial(decode_vectors, f),
         examples=lambda supported: codes(f).map(lambda c: Case({"codes": c}, {})),
         compare=partial(compare_values, fmt="float32"), array_format=_format_of(f.name, "codes"),
-        exhaustive=partial(_every_code, f), large=partial(_decode_large, f),
+        exhaustive=partial(_every_code, f), large=partial(_decode_large, f), case_flags=for_codes(f.name),
     )
     return [encode_op, decode_op]
 

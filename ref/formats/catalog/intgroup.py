@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ref.formats import intgroup
+from ref.formats.catalog.case_classes import ordered
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.compare import compare_exact, compare_parts, compare_values
 from ref.testing.params import variant_params
@@ -244,6 +245,21 @@ def _dequantize_examples(bits: int):
     return strategy
 
 
+def _group_flags(case: Case) -> tuple[str, ...]:
+    """ZeroPoint for the asymmetric scheme or zero points as input, DegenerateGroup for a
+    group whose largest magnitude is below 2^-23 (its scale underflows), else Random."""
+    params, inputs = case.params, case.inputs
+    flags = []
+    if params.get("scheme") == "asymmetric" or "zeros" in inputs:
+        flags.append("ZeroPoint")
+    w, group = inputs.get("w"), params.get("group")
+    if w is not None and group and np.ndim(w) and np.shape(w)[-1] % group == 0 and np.size(w):
+        amax = np.max(np.abs(np.asarray(w, dtype=np.float64).reshape(-1, group)), axis=-1)
+        if np.any(amax < 2.0**-23):
+            flags.append("DegenerateGroup")
+    return ordered(flags)
+
+
 _compare_quantized = partial(compare_parts, names=("codes", "scales", "zeros"),
                              comparators=(compare_exact, partial(compare_values, fmt="float32"), compare_exact))
 
@@ -253,11 +269,12 @@ def _group_ops(bits: int) -> list:
         FORMATS.exact(f"int{bits}_group.quantize", partial(intgroup.quantize, bits=bits), anchor="int-groups",
                       summary=f"float32 w [..., n] -> (INT{bits} codes, float32 scales, zero points) per group",
                       variants=(SCHEME, GROUP, ZERO_STORAGE), vectors=partial(quantize_vectors, bits),
-                      examples=_quantize_examples, compare=_compare_quantized, outputs=("codes", "scales", "zeros")),
+                      examples=_quantize_examples, compare=_compare_quantized, outputs=("codes", "scales", "zeros"),
+                      case_flags=_group_flags),
         FORMATS.exact(f"int{bits}_group.dequantize", partial(intgroup.dequantize, bits=bits), anchor="int-groups",
                       summary=f"(INT{bits} codes, scales, zeros) -> float32 weights", variants=(GROUP, ZERO_STORAGE),
                       vectors=partial(dequantize_vectors, bits), examples=_dequantize_examples(bits),
-                      compare=compare_values),
+                      compare=compare_values, case_flags=_group_flags),
     ]
 
 
@@ -330,11 +347,11 @@ _NIBBLES = st.integers(0, 15)
 OPERATIONS = [
     FORMATS.exact("int4.pack_int32", intgroup.pack_int32, anchor="int-groups",
                   summary="INT4 codes [..., 8k] -> int32 words [..., k]", variants=(WORD_ORDER,),
-                  vectors=_pack_vectors, compare=compare_exact,
+                  vectors=_pack_vectors, compare=compare_exact, case_flags=lambda case: ("WordOrder",),
                   examples=_ordered("codes", hnp.arrays(np.uint8, block_shapes(block=8, max_blocks=4),
                                                         elements=_NIBBLES))),
     FORMATS.exact("int4.unpack_int32", intgroup.unpack_int32, anchor="int-groups",
                   summary="int32 words [..., k] -> INT4 codes [..., 8k]", variants=(WORD_ORDER,),
-                  vectors=_unpack_vectors, compare=compare_exact,
+                  vectors=_unpack_vectors, compare=compare_exact, case_flags=lambda case: ("WordOrder",),
                   examples=_ordered("words", hnp.arrays(np.int32, small_shapes(max_dims=2, max_side=6)))),
 ] + _group_ops(4) + _group_ops(8)

@@ -83,11 +83,20 @@ def _from_blocked_examples(supported):
     return _SIZES.map(make)
 
 
+def _layout_flags(case: Case) -> tuple[str, ...]:
+    """LayoutPadding when rows or cols are not whole 128x4 tiles, else LayoutTranspose."""
+    inputs = case.inputs
+    rows, cols = np.shape(inputs["scales"]) if "scales" in inputs else (int(inputs["rows"]), int(inputs["cols"]))
+    return ("LayoutPadding",) if rows % 128 or cols % 4 else ("LayoutTranspose",)
+
+
 OPERATIONS = [
     FORMATS.exact("scales.to_blocked", layouts.to_blocked, anchor="scale-layout",
                   summary="scales [R, C] -> cuBLAS/CUTLASS 128x4 blocked layout (flat, zero padded)",
-                  vectors=_to_blocked_vectors, examples=_to_blocked_examples, compare=compare_exact),
+                  vectors=_to_blocked_vectors, examples=_to_blocked_examples, compare=compare_exact,
+                  case_flags=_layout_flags),
     FORMATS.exact("scales.from_blocked", layouts.from_blocked, anchor="scale-layout",
                   summary="(blocked, rows, cols) -> scales [rows, cols]",
-                  vectors=_from_blocked_vectors, examples=_from_blocked_examples, compare=compare_exact),
+                  vectors=_from_blocked_vectors, examples=_from_blocked_examples, compare=compare_exact,
+                  case_flags=_layout_flags),
 ]

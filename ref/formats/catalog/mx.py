@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ref.formats import mx
+from ref.formats.catalog.case_classes import for_blocks
 from ref.formats.minifloat import get_format
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.compare import Comparison, compare_block_codes, compare_values
@@ -275,11 +276,14 @@ def _ops(elem: str) -> list:
                       summary=f"float32 or float16 [..., 32k] -> ({elem} codes, E8M0 scales [..., k]), OCP MX",
                       variants=VARIANTS, vectors=partial(quantize_vectors, elem), examples=_quantize_examples,
                       compare=partial(compare_block_codes, elem_fmt=None if elem == "int8" else elem),
-                      outputs=("codes", "scales"), array_format=array_format),
+                      outputs=("codes", "scales"), array_format=array_format,
+                      case_flags=for_blocks(32, elem=None if elem == "int8" else elem)),
         FORMATS.exact(f"{name}.dequantize", partial(mx.dequantize, elem=elem), anchor="mx",
                       summary=f"({elem} codes, E8M0 scales) -> values, exact at the output's precision",
                       vectors=partial(dequantize_vectors, elem), examples=_dequantize_examples(elem),
-                      compare=compare_at_output_precision, array_format=array_format),
+                      compare=compare_at_output_precision, array_format=array_format,
+                      case_flags=for_blocks(32, codes=None if elem == "int8" else elem,
+                                            scale_nan=get_format("float8_e8m0fnu").is_nan_code)),
     ]
 
 

@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ref.formats import nvfp4
+from ref.formats.catalog.case_classes import for_blocks, ordered
 from ref.formats.catalog.mx import compare_at_output_precision
 from ref.formats.catalog.nvfp4_vectors import dequantize_vectors, quantize_vectors, stochastic_vectors
+from ref.formats.minifloat import get_format
 from ref.testing.catalog_types import Area, Flag, Variant
 from ref.testing.compare import Comparison, compare_block_codes, compare_values
 from ref.testing.params import variant_params
@@ -109,12 +111,30 @@ def compare_quantized(expected, actual) -> Comparison:
                                scale_fmt="float8_e4m3fn", block=16)
 
 
+def _quantize_flags(case: Case) -> tuple[str, ...]:
+    """Block classes of x, and GlobalAmax when the tensor's amax is 0, NaN or Inf."""
+    x = np.asarray(case.inputs["x"], dtype=np.float64)
+    amax = float(np.max(np.abs(x))) if x.size else 0.0
+    blocks = for_blocks(16, elem="float4_e2m1fn")(case)
+    return ordered((*(("GlobalAmax",) * (not 0 < amax < np.inf)), *(b for b in blocks if b != "Random")))
+
+
+_dequantize_blocks = for_blocks(16, codes="float4_e2m1fn", scale_nan=get_format("float8_e4m3fn").is_nan_code)
+
+
+def _dequantize_flags(case: Case) -> tuple[str, ...]:
+    """Code classes, NanBlock for a NaN block scale, GlobalScale for a global scale that
+    is not a positive finite number."""
+    gs = float(np.asarray(case.inputs["global_scale"], dtype=np.float64))
+    return ordered((*(("GlobalScale",) * (not 0 < gs < np.inf)), *_dequantize_blocks(case)))
+
+
 def _array_format(name, arr):
     return {"codes": "float4_e2m1fn", "scales": "float8_e4m3fn"}.get(name)
 
 
 _QUANTIZED = dict(variants=QUANTIZE_VARIANTS, compare=compare_quantized, outputs=("codes", "scales", "global_scale"),
-                  array_format=_array_format)
+                  array_format=_array_format, case_flags=_quantize_flags)
 
 OPERATIONS = [
     FORMATS.exact("nvfp4.quantize", nvfp4.quantize, anchor="nvfp4",
@@ -128,5 +148,5 @@ OPERATIONS = [
     FORMATS.exact("nvfp4.dequantize", nvfp4.dequantize, anchor="nvfp4",
                   summary="(E2M1 codes, E4M3 scales, global scale) -> values, exact at the output's precision",
                   variants=(RECIPE, ORDER), vectors=dequantize_vectors, examples=_dequantize_examples,
-                  compare=compare_at_output_precision, array_format=_array_format),
+                  compare=compare_at_output_precision, array_format=_array_format, case_flags=_dequantize_flags),
 ]

@@ -92,11 +92,12 @@ def _examples(name: str, arrays: st.SearchStrategy):
 
 OPERATIONS = [
     AREA.exact("float4_e2m1fn.pack", pack_fp4, anchor="packing", summary="FP4 codes [..., 2n] -> bytes [..., n]",
-               variants=(ORDER,), vectors=pack_vectors, compare=compare_exact,
+               variants=(ORDER,), vectors=pack_vectors, compare=compare_exact, case_flags=lambda case: ("NibbleOrder",),
                examples=_examples("codes", codes("float4_e2m1fn", shape=block_shapes(block=2))),
                array_format=lambda name, arr: {"codes": "float4_e2m1fn", "expected": "float4_e2m1fn_x2"}.get(name)),
     AREA.exact("float4_e2m1fn.unpack", unpack_fp4, anchor="packing", summary="bytes [..., n] -> FP4 codes [..., 2n]",
                variants=(ORDER,), vectors=unpack_vectors, compare=partial(compare_codes, fmt="float4_e2m1fn"),
+               case_flags=lambda case: ("NibbleOrder",),
                examples=_examples("packed", hnp.arrays(np.uint8, small_shapes(max_dims=3, max_side=8))),
                array_format=lambda name, arr: {"packed": "float4_e2m1fn_x2", "expected": "float4_e2m1fn"}.get(name)),
 ]

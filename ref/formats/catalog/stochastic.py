@@ -18,6 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from ref.formats.catalog.case_classes import element_flags, ordered
 from ref.formats.catalog.element import AREA, LARGE, large_values, policy_variants
 from ref.formats.catalog.element_vectors import EncodeVectors, random_magnitudes, tie_probe
 from ref.formats.minifloat import FORMATS, FloatFormat, decode, encode
@@ -172,8 +173,18 @@ def _op(f: FloatFormat) -> ExactOp:
         summary=f"(float16/32/64, uint32 random bits) -> {f.name} codes, stochastically rounded",
         variants=variants, vectors=partial(sr_vectors, f, variants), examples=partial(_examples, f),
         compare=partial(compare_codes, fmt=f.name), exhaustive=partial(_sweep, f), large=partial(_large, f),
-        array_format=lambda name, arr: f.name if name == "expected" else None,
+        array_format=lambda name, arr: f.name if name == "expected" else None, case_flags=_case_flags(f),
     )
+
+
+def _case_flags(f: FloatFormat):
+    """The element classes of x, with StochasticRounding for every value between two codes."""
+    def flags(case: Case) -> tuple[str, ...]:
+        found = element_flags(case.inputs["x"], f)
+        inexact = {"TiesToEven", "RoundingDirection", "Subnormal", "CarryIntoExponent", "Underflow"}
+        return ordered((*found, *(("StochasticRounding",) * bool(inexact & set(found)))))
+
+    return flags
 
 
 OPERATIONS = [_op(f) for f in FORMATS.values()]
