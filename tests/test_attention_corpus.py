@@ -30,7 +30,14 @@ VECTOR_ONLY = {"softmax without the row maximum", "one maximum for the whole til
                "sink in the LSE swapped", "window one key too wide"}
 
 
-@pytest.mark.parametrize("name", sorted(set(BUGS) - VECTOR_ONLY))
+# Accumulation bugs show only over thousands of keys, rounded key by key: each such
+# example takes seconds. The golden vectors reject them in the default run
+# (test_runner_corpus_rule.py); their search by properties alone runs with `-m deep`.
+SLOW_PROPERTIES = {"P.V accumulated in float16", "softmax denominator accumulated in bfloat16"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.deep) if n in SLOW_PROPERTIES else n
+                                  for n in sorted(set(BUGS) - VECTOR_ONLY)])
 def test_bug_is_rejected_by_properties_alone(name):
     bugs, precision, _, op = BUGS[name]
     impl = naive_impl(precision, bugs)
@@ -48,7 +55,14 @@ def _no_vectors():
                                    for i in range(1, manifest[op]["vectors"] + 1)))
 
 
-@pytest.mark.parametrize("name", list(CORRECT))
+# Tile loops of a few keys at low precision round every partial sum: tens of seconds
+# for the golden vectors alone. test_a_correct_tile_loop_passes keeps a small-tile
+# bfloat16 loop and every precision in the default run; these run with `-m deep`.
+SLOW_CORRECT = {"tiled bfloat16 3x5", "tiled float16 8x4"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.deep) if n in SLOW_CORRECT else n
+                                  for n in CORRECT])
 def test_correct_kernel_passes(name):
     report = run(CORRECT[name](), ops=OPS, examples=15, shrink=False)
     assert report.ok, report.details()

@@ -74,6 +74,7 @@ def test_writing_over_the_folder_changes_no_byte(copy):
     assert _files(copy) == before
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_writing_from_scratch_reproduces_exact_files_and_bounded_ones_within_the_bound(copy):
     scratch = copy.parent / "scratch"
     regenerate.write(scratch)
@@ -84,6 +85,7 @@ def test_writing_from_scratch_reproduces_exact_files_and_bounded_ones_within_the
             assert sha256_file(scratch / rel) == digest, rel
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_another_summation_order_regenerates_within_the_bound_and_changes_no_byte(copy):
     """Bounded outputs written on another machine (another BLAS kernel, another
     summation order: here every float64 output moved by up to 4 ulps) pass --check,
@@ -98,6 +100,7 @@ def test_another_summation_order_regenerates_within_the_bound_and_changes_no_byt
     assert _files(copy) == before
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_a_bounded_output_beyond_the_bound_is_named_and_rewritten(copy):
     rel = "attention/attend.npz"
     arrays = read_npz(copy / rel)
@@ -254,6 +257,7 @@ def _errors(validator, doc) -> list[str]:
     return [e.message for e in validator.iter_errors(doc)]
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_every_golden_file_validates_against_the_published_schema(validator):
     docs = sorted(GOLDEN.rglob("*.json"))
     assert len(docs) == len(load_manifest()["ops"]) + 1

@@ -86,6 +86,19 @@ def test_float_bits_and_edge_arrays_find_every_class():
     find(edge_arrays(f), lambda x: x.dtype == np.float64)
 
 
+def test_edge_arrays_are_dense_sometimes_and_shrink_to_one_simple_element():
+    """Dense arrays of many distinct values are drawn (the seeded half), and a failure
+    that one element shows shrinks to a one-element array holding the simplest value
+    that fails (here the first one past 1: a normal-class edge value or small bits)."""
+    f = FORMATS["float8_e4m3fn"]
+    flat = settings(max_examples=300, phases=(Phase.generate,), database=None)
+    find(edge_arrays(f), lambda x: x.size >= 64 and np.unique(x[np.isfinite(x)]).size >= x.size // 2, settings=flat)
+    minimal = find(edge_arrays(f, dtype=st.just(np.dtype(np.float32))), lambda x: bool((np.abs(x) > 1).any()),
+                   settings=settings(max_examples=100, database=None))
+    assert minimal.shape == (1,), minimal
+    assert minimal.view(np.uint32)[0] < 0x40000000 or abs(minimal[0]) <= f.max_normal, minimal
+
+
 @given(shape=block_shapes(block=32))
 def test_block_shapes(shape):
     assert shape[-1] % 32 == 0 and shape[-1] >= 32

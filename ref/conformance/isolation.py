@@ -23,6 +23,7 @@ from collections.abc import Callable
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation, load_implementation
 from ref.conformance.report import Failure, OpReport
+from ref.conformance.reproducible import reproducible_draws
 from ref.testing.catalog_types import Operation
 
 __all__ = ["isolated_runner"]
@@ -58,7 +59,8 @@ def _child(conn, spec: str, op_name: str, chosen) -> None:
 
     try:
         impl = load_implementation(spec)
-        report = run_op(discover()[op_name], impl, chosen, watch)
+        with reproducible_draws():  # as in the parent's run: the draws do not depend on the install
+            report = run_op(discover()[op_name], impl, chosen, watch)
     except Exception as exc:  # loading the implementation failed: the op cannot be judged
         conn.send(("error", f"{type(exc).__name__}: {exc}", ()))
         return

@@ -32,6 +32,7 @@ from ref.conformance.implementation import Implementation
 from ref.conformance.judges import Settings, judge_module
 from ref.conformance.judges.candidate import BadOutput, CandidateExit, Watch, short
 from ref.conformance.report import VERDICTS, Entry, Failure, OpReport, Report, parse_entries, versions
+from ref.conformance.reproducible import reproducible_draws
 from ref.testing.catalog_types import Operation
 from ref.testing.vector_files import load_manifest
 
@@ -85,13 +86,14 @@ def run(
                     _meta(chosen, ops, golden, isolate, timeout), complete=False)
     op = None
     try:
-        for op in selected:
-            if progress:
-                progress(op.name)
-            report.ops.append(annotate(run_one(op), op))
-            report.meta["versions"] = versions()
-            if on_op:
-                on_op(report)
+        with reproducible_draws():  # the same examples however ref is installed; no .hypothesis/ here
+            for op in selected:
+                if progress:
+                    progress(op.name)
+                report.ops.append(annotate(run_one(op), op))
+                report.meta["versions"] = versions()
+                if on_op:
+                    on_op(report)
     except KeyboardInterrupt:
         report.meta["interrupted"] = (f"KeyboardInterrupt while {op.name} ran; "
                                       f"{len(selected) - len(report.ops)} of {len(selected)} ops not reported")

@@ -130,7 +130,7 @@ def _attention_case(draw, supported, varlen):
         inputs["sinks"] = round_to(offset + grid(rng, (hq,), 2.0), "bfloat16").astype(np.float32)
     if varlen:
         nseq = draw(st.integers(0, 3), label="sequences")
-        top = 100 if draw(st.integers(0, 7), label="long?") == 0 else 8
+        top = 100 if draw(st.integers(0, 7), label="long?") == 7 else 8
         lks = [draw(st.integers(0, top), label="lk") for _ in range(nseq)]
         lqs = [draw(st.integers(0, min(lk, 6) if top == 8 else lk), label="lq") for lk in lks]
         if lqs and draw(st.booleans(), label="more queries than keys?"):
@@ -138,7 +138,9 @@ def _attention_case(draw, supported, varlen):
         inputs.update(packed(rng, lqs, lks, hq, hkv, d, dv, std))
         return Case(inputs, params)
     b = draw(st.integers(1, 2), label="batch")
-    if draw(st.integers(0, 7), label="long?") == 0:  # past a kernel's key tile, now and then
+    # Long is the last value of "long?", not the first: shrinking (toward 0) then leads
+    # to a short case wherever the failure allows.
+    if draw(st.integers(0, 7), label="long?") == 7:  # past a kernel's key tile, now and then
         lq, lk = draw(st.integers(0, 40), label="lq"), draw(st.integers(0, 300), label="lk")
         if rare[1] < 0.5:  # thousands of keys: a low-precision accumulator stalls
             lq, lk = min(lq, 3), 1000 + 10 * lk
@@ -222,7 +224,7 @@ def mla_cases(draw, supported: Mapping[str, Sequence]):
     h = draw(st.integers(1, 4), label="h")
     dn, dr = draw(st.sampled_from([4, 8, 16]), label="dn"), draw(st.sampled_from([2, 4, 8]), label="dr")
     r, dv = draw(st.sampled_from([4, 16, 32]), label="r"), draw(st.sampled_from([4, 8]), label="dv")
-    lk = draw(st.integers(0, 100 if draw(st.integers(0, 7), label="long?") == 0 else 8), label="lk")
+    lk = draw(st.integers(0, 100 if draw(st.integers(0, 7), label="long?") == 7 else 8), label="lk")
     lq = draw(st.integers(0, min(lk, 12)), label="lq")
     params["causal"] = draw(st.booleans(), label="causal")
     if draw(st.booleans(), label="yarn?"):

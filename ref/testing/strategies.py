@@ -140,22 +140,42 @@ def edge_arrays(
     fmt: str | FloatFormat, *, dtype: st.SearchStrategy[np.dtype] | None = None,
     shape: st.SearchStrategy[tuple[int, ...]] | None = None,
 ) -> st.SearchStrategy[NDArray]:
-    """Arrays mixing `fmt`'s edge values (every class of `edge_values`) with random bits."""
+    """Arrays mixing `fmt`'s edge values (every class of `edge_values`) with random bits:
+    either a few elements drawn one by one over a drawn fill value (these shrink to
+    small arrays of simple values: +0, then the first edge values), or every element
+    from a seeded generator, half of them edge values (dense, and one draw however
+    large the array; a smaller shape keeps the first elements)."""
     f = get_format(fmt)
     dtype = st.sampled_from(FLOAT_DTYPES[1:]) if dtype is None else dtype
     shape = small_shapes() if shape is None else shape
 
     def draw(args):
         dt, shp = args
-        pool = np.concatenate(list(edge_values(f, dt).values()))
-        uint = np.dtype(f"uint{8 * dt.itemsize}")
-        element = st.one_of(
-            st.sampled_from(pool),
-            st.integers(0, (1 << (8 * dt.itemsize)) - 1).map(lambda b: np.array(b, uint).view(dt)[()]),
-        )
-        return hnp.arrays(dt, shp, elements=element)
+        uint, pool, element = _edge_bits(f, np.dtype(dt))
+        top = (1 << (8 * dt.itemsize)) - 1
+        sparse = hnp.arrays(uint, shp, elements=element)
+
+        def dense(seed: int) -> NDArray:
+            n = int(np.prod(shp))
+            picks = np.random.default_rng([seed, 0]).integers(0, pool.size, n)
+            bits = np.random.default_rng([seed, 1]).integers(0, top, n, dtype=uint, endpoint=True)
+            use_pool = np.random.default_rng([seed, 2]).random(n) < 0.5
+            return np.where(use_pool, pool[picks], bits).reshape(shp)
+
+        return st.one_of(sparse, st.integers(0, 2**32 - 1).map(dense)).map(lambda a: a.view(dt))
 
     return st.tuples(dtype, shape).flatmap(draw)
+
+
+@lru_cache(maxsize=None)
+def _edge_bits(f: FloatFormat, dt: np.dtype) -> tuple[np.dtype, NDArray, st.SearchStrategy[int]]:
+    """edge_arrays' bit patterns of `dt`: the unsigned dtype, the edge values' bits and
+    the element strategy, built once (a sampled_from of a thousand values costs
+    milliseconds to label). Bit patterns, not floats: integers give hypothesis a fill
+    value (sparse, cheap draws) and shrink toward 0, the bits of +0."""
+    uint = np.dtype(f"uint{8 * dt.itemsize}")
+    pool = np.unique(np.concatenate(list(edge_values(f, dt).values())).view(uint))
+    return uint, pool, st.one_of(st.integers(0, (1 << (8 * dt.itemsize)) - 1), st.sampled_from(pool.tolist()))
 
 
 def _seeded(shape, dtype, fill):

@@ -1,0 +1,86 @@
+"""The same examples however `ref` is installed, and nothing written to the working
+directory: `reproducible_draws()` is the context the conformance run draws its
+examples in.
+
+hypothesis mixes into its draws constants it collects from every imported module
+whose file is not in site-packages or the standard library (its "local" modules:
+a source checkout of `ref`, an editable install, the user's own adapter), and it
+caches them under `.hypothesis/constants` in the current directory. A seeded
+property phase would then draw different examples from a wheel than from a
+checkout, and change with the constants in the user's adapter. While the context
+lasts, hypothesis sees no local constants (its built-in ones remain) and its
+storage directory is a temporary one, removed on exit.
+
+Both are hypothesis internals (`internal.conjecture.providers._get_local_constants`,
+`CONSTANTS_CACHE`, and `configuration.set_hypothesis_home_dir`), present from 6.136
+(the floor) to at least 6.170; where one is missing, that part is left alone and the
+run goes on.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+__all__ = ["reproducible_draws"]
+
+
+@contextmanager
+def reproducible_draws() -> Iterator[None]:
+    """While it lasts, hypothesis draws no constants from local modules and writes
+    nowhere but a temporary directory (removed on exit)."""
+    with ExitStack() as stack:
+        stack.enter_context(_no_local_constants())
+        stack.enter_context(_temporary_storage())
+        yield
+
+
+@contextmanager
+def _no_local_constants() -> Iterator[None]:
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:  # a hypothesis without local constants: nothing to do
+        yield
+        return
+    original = getattr(providers, "_get_local_constants", None)
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if original is None or cache is None or not hasattr(cache, "clear"):
+        yield
+        return
+    empty = Constants()
+
+    def no_constants() -> Constants:
+        return empty
+
+    cache.clear()  # its entries may hold the local constants of draws made before
+    providers._get_local_constants = no_constants
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        cache.clear()  # and ours must not serve the draws after
+
+
+_HOME = "__hypothesis_home_directory"  # configuration's module global (None until first used)
+
+
+@contextmanager
+def _temporary_storage() -> Iterator[None]:
+    try:
+        from hypothesis import configuration
+    except ImportError:
+        yield
+        return
+    set_home = getattr(configuration, "set_hypothesis_home_dir", None)
+    if set_home is None:
+        yield
+        return
+    previous = vars(configuration).get(_HOME)
+    with tempfile.TemporaryDirectory(prefix="llm-ref-hypothesis-") as home:
+        set_home(home)
+        try:
+            yield
+        finally:
+            set_home(previous)
