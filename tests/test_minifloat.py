@@ -295,3 +295,26 @@ def test_every_accepted_dtype_and_rank_is_a_vector(name):
     assert {"int32", "bool"} <= refused
     dec = _specs(f"formats.{name}.decode")
     assert {s.case.inputs["codes"].ndim for s in dec if s.result == "valid"} >= {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_round_to_is_the_codec_round_trip_on_every_class_of_input(precision):
+    """round_to's significand rounding against decode(encode(x)): random float64 bit
+    patterns, every code's value, the ties between neighbours and one float64 ulp either
+    side of each, the overflow threshold, signed zeros, NaN and infinities."""
+    f = get_format(precision)
+    rng = np.random.default_rng(7)
+    values = decode(np.arange(1 << 16, dtype=np.uint16), f).astype(np.float64)
+    finite = np.unique(values[np.isfinite(values)])
+    ties = (finite[1:] + finite[:-1]) / 2
+    top = f.max_normal + f.ulp_at_max / 2  # the first value that rounds to Inf
+    x = np.concatenate([
+        rng.integers(0, 1 << 64, 200_000, dtype=np.uint64).view(np.float64),
+        rng.standard_normal(50_000) * np.exp2(rng.integers(-140, 130, 50_000)),
+        finite, ties, np.nextafter(ties, np.inf), np.nextafter(ties, -np.inf),
+        [top, -top, np.nextafter(top, 0), np.nextafter(-top, 0), 0.0, -0.0, np.inf, -np.inf, np.nan],
+    ])
+    got, want = round_to(x, precision), decode(encode(x, f), f).astype(np.float64)
+    both_nan = np.isnan(got) & np.isnan(want)
+    assert np.array_equal(got.view(np.uint64)[~both_nan], want.view(np.uint64)[~both_nan])
+    assert np.array_equal(np.isnan(got), np.isnan(want))
