@@ -78,8 +78,11 @@ def test_each_crash_fails_its_own_op_and_the_others_run(tmp_path):
     out = tmp_path / "r.json"
     cmd, env = _cli("--impl", "test_runner_isolation:BROKEN", "--ops", ",".join(BROKEN), "--examples", "2",
                     "--no-shrink", "--isolate", "--timeout", "1", "--report", str(out))
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    temp = tmp_path / "temp"  # the run's temporary directories: killed children leave none behind
+    temp.mkdir()
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**env, "TMPDIR": str(temp)}, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
+    assert not list(temp.iterdir())
     doc = _strict(out.read_text())
     _schema_errors(doc)
     rows = {r["op"]: r for r in doc["ops"]}

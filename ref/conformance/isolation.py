@@ -23,7 +23,7 @@ from collections.abc import Callable
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation, load_implementation
 from ref.conformance.report import Failure, OpReport
-from ref.conformance.reproducible import reproducible_draws
+from ref.conformance.reproducible import current_home, reproducible_draws
 from ref.testing.catalog_types import Operation
 
 __all__ = ["isolated_runner"]
@@ -49,7 +49,7 @@ def isolated_runner(impl: Implementation, chosen, *, timeout: float) -> Callable
     return run_one
 
 
-def _child(conn, spec: str, op_name: str, chosen) -> None:
+def _child(conn, spec: str, op_name: str, chosen, home: str | None) -> None:
     """The child's side: load, run the op, send the report (or why it could not)."""
     from ref.conformance.runner import run_op
 
@@ -59,7 +59,7 @@ def _child(conn, spec: str, op_name: str, chosen) -> None:
 
     try:
         impl = load_implementation(spec)
-        with reproducible_draws():  # as in the parent's run: the draws do not depend on the install
+        with reproducible_draws(home):  # as in the parent's run: the draws do not depend on the install
             report = run_op(discover()[op_name], impl, chosen, watch)
     except Exception as exc:  # loading the implementation failed: the op cannot be judged
         conn.send(("error", f"{type(exc).__name__}: {exc}", ()))
@@ -82,7 +82,7 @@ def _follow_parent() -> None:
 def _run_in_child(op: Operation, spec: str, chosen, timeout: float) -> OpReport:
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, spec, op.name, chosen), daemon=True,
+    proc = ctx.Process(target=_child, args=(send, spec, op.name, chosen, current_home()), daemon=True,
                        name=f"llm-ref {op.name}")
     proc.start()
     send.close()  # the child holds the only writer: its death is an EOF here

@@ -23,17 +23,29 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-__all__ = ["reproducible_draws"]
+__all__ = ["current_home", "reproducible_draws"]
 
 
 @contextmanager
-def reproducible_draws() -> Iterator[None]:
+def reproducible_draws(home: str | None = None) -> Iterator[None]:
     """While it lasts, hypothesis draws no constants from local modules and writes
-    nowhere but a temporary directory (removed on exit)."""
+    nowhere but a temporary directory (removed on exit), or `home`, a directory the
+    caller owns: an isolated op's child writes in its parent's, so that a child killed
+    on a hang or a crash leaves nothing behind."""
     with ExitStack() as stack:
         stack.enter_context(_no_local_constants())
-        stack.enter_context(_temporary_storage())
+        stack.enter_context(_temporary_storage(home))
         yield
+
+
+def current_home() -> str | None:
+    """hypothesis' storage directory now (inside `reproducible_draws`: its temporary one)."""
+    try:
+        from hypothesis import configuration
+    except ImportError:
+        return None
+    home = vars(configuration).get(_HOME)
+    return None if home is None else str(home)
 
 
 @contextmanager
@@ -67,7 +79,7 @@ _HOME = "__hypothesis_home_directory"  # configuration's module global (None unt
 
 
 @contextmanager
-def _temporary_storage() -> Iterator[None]:
+def _temporary_storage(home: str | None) -> Iterator[None]:
     try:
         from hypothesis import configuration
     except ImportError:
@@ -78,8 +90,8 @@ def _temporary_storage() -> Iterator[None]:
         yield
         return
     previous = vars(configuration).get(_HOME)
-    with tempfile.TemporaryDirectory(prefix="llm-ref-hypothesis-") as home:
-        set_home(home)
+    with ExitStack() as stack:
+        set_home(home or stack.enter_context(tempfile.TemporaryDirectory(prefix="llm-ref-hypothesis-")))
         try:
             yield
         finally:
