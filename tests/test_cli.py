@@ -162,8 +162,41 @@ def test_bad_declarations_are_rejected(variants, words):
 def test_unknown_op_names_are_rejected():
     from ref.conformance.implementation import Implementation
 
-    with pytest.raises(ValueError, match="formats.float8_e4m3.encoder"):
+    with pytest.raises(ValueError, match="formats.float8_e4m3.encoder") as info:
         Implementation("typo", {"formats.float8_e4m3.encoder": lambda **kw: None})
+    assert "did you mean 'formats.float8_e4m3.encode'" in str(info.value)
+
+
+ENCODE = "formats.float8_e4m3fn.encode"
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(variants={ENCODE: "nonsaturating"}), ["variants", ENCODE, "mapping", "nonsaturating"]),
+    (dict(variants=[ENCODE]), ["variants", "mapping", "list"]),
+    (dict(dtypes={ENCODE: ["float32"]}), ["dtypes", ENCODE, "mapping"]),
+    (dict(dtypes={ENCODE: {"x": "float32"}}), ["dtypes", "'x'", "list of dtype names", "float32"]),
+    (dict(dtypes={ENCODE: {"x": ["float23"]}}), ["dtypes", "'float23'", "not a dtype name"]),
+    (dict(dtypes={ENCODE: {"codes": ["uint8"]}}), ["dtypes", "'codes'", "not an input", "'x'"]),
+])
+def test_malformed_variants_and_dtypes_are_load_errors(fields, words):
+    """A declaration of the wrong shape is named when the implementation is built, never a
+    crash or a failure of the op in the middle of a run."""
+    from ref.conformance.implementation import Implementation
+
+    with pytest.raises(ValueError) as info:
+        Implementation("x", {ENCODE: lambda **kw: None}, **fields)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_every_uncallable_op_is_named_once():
+    from ref.conformance.implementation import Implementation
+
+    ops = {"formats.float8_e5m2.encode": 3, ENCODE: "enc", "formats.float8_e4m3fn.decode": None}
+    with pytest.raises(ValueError) as info:
+        Implementation("x", ops)
+    text = str(info.value)
+    assert all(text.count(name) == 1 for name in ops), text
 
 
 ONE_OP = ("from corpus.formats_impls import CORRECT\n"

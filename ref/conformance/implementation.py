@@ -28,14 +28,17 @@ ValueError that names the problem and what was expected.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+import ml_dtypes  # noqa: F401 - registers bfloat16, float8_* as dtype names for DTYPES
 import numpy as np
 
 from ref.conformance.catalog import discover
@@ -59,20 +62,32 @@ class Implementation:
         catalog = discover()
         unknown = sorted(set(self.ops) - set(catalog))
         if unknown:
-            raise ValueError(f"ops: {self.name} names operations the catalog does not have: {unknown}")
-        uncallable = {name: fn for name, fn in self.ops.items() if not callable(fn)}
+            close = {n: difflib.get_close_matches(n, catalog, n=1) for n in unknown}
+            hints = "; ".join(f"{n!r}: did you mean {c[0]!r}?" for n, c in close.items() if c)
+            raise ValueError(f"ops: {self.name} names operations the catalog does not have: {unknown}"
+                             + (f" ({hints})" if hints else " (`python -m ref list --names` shows them)"))
+        uncallable = sorted(name for name, fn in self.ops.items() if not callable(fn))
         if uncallable:
-            name, fn = next(iter(uncallable.items()))
+            name, fn = uncallable[0], self.ops[uncallable[0]]
             raise ValueError(f"ops: {self.name}'s OPS[{name!r}] is {fn!r:.60} (type {type(fn).__name__}), "
                              f"not a callable: each value must be a function taking the oracle's keyword arguments"
-                             + (f" ({len(uncallable) - 1} more: {sorted(uncallable)[1:4]})" if len(uncallable) > 1 else ""))
+                             + (f" ({len(uncallable) - 1} more: {uncallable[1:4]})" if len(uncallable) > 1 else ""))
         for pattern, value in self.precision.items():
             if value not in PRECISIONS:
                 raise ValueError(f"precision: {pattern!r} -> expected one of {PRECISIONS}, got {value!r}")
         for what, table in (("variants", self.variants), ("dtypes", self.dtypes), ("precision", self.precision)):
+            if not isinstance(table, Mapping):
+                raise ValueError(f"{what}: expected a mapping of op names or globs, got {type(table).__name__}")
             for pattern in table:
                 if not any(fnmatchcase(n, pattern) for n in self.ops):
                     raise ValueError(f"{what}: {pattern!r} matches none of {self.name}'s operations")
+        for what, table, inner in (("variants", self.variants, "axis -> [values]"),
+                                   ("dtypes", self.dtypes, "input name -> [dtype names]")):
+            for pattern, entry in table.items():
+                if not isinstance(entry, Mapping):
+                    raise ValueError(f"{what}: {pattern!r} -> expected a mapping {inner}, got {entry!r:.60}")
+        for pattern, inputs in self.dtypes.items():
+            _check_dtypes(pattern, inputs, [catalog[n] for n in self.ops if fnmatchcase(n, pattern)])
 
     def declared(self, op: Operation) -> dict[str, tuple[VariantValue, ...]]:
         """The variant values this implementation declares for `op` (checked: each
@@ -111,6 +126,30 @@ class Implementation:
         """Declared values per axis, the catalog default where nothing is declared."""
         declared = self.declared(op)
         return {v.name: declared.get(v.name, (v.default,)) for v in op.variants}
+
+
+def _check_dtypes(pattern: str, inputs: Mapping, ops: Sequence[Operation]) -> None:
+    """DTYPES[pattern]: lists of dtype names NumPy knows, for inputs the ops take."""
+    variant_names = {v.name for op in ops for v in op.variants}
+    taken: set[str] = set()
+    for op in ops:
+        try:
+            taken |= set(inspect.signature(op.oracle).parameters) - variant_names
+        except (TypeError, ValueError):  # no signature to read: nothing to check against
+            taken = set()
+            break
+    for name, names in inputs.items():
+        if taken and name not in taken:
+            raise ValueError(f"dtypes: {pattern!r} -> input {name!r} is not an input of its ops "
+                             f"(inputs: {sorted(taken)})")
+        if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+            raise ValueError(f"dtypes: {pattern!r} -> {name!r} takes a list of dtype names, got {names!r}")
+        for d in names:
+            try:
+                np.dtype(d)
+            except TypeError:
+                raise ValueError(f"dtypes: {pattern!r} -> {name!r}: {d!r} is not a dtype name NumPy or "
+                                 f"ml_dtypes knows (e.g. 'float32', 'bfloat16')") from None
 
 
 def _type_hint(axis: Variant, bad: Sequence) -> str:
