@@ -64,6 +64,22 @@ def test_a_wrong_kernel_fails_with_the_details_and_no_assert_noise(tmp_path):
     assert "formats.float4_e2m1fn.pack" in (tmp_path / "junit.xml").read_text()
 
 
+@pytest.mark.parametrize("source, words", [
+    ("OPS = {'formats.float8_e4m3fn.encdoe': print}\n", ["encdoe", "did you mean"]),
+    ("OPS = {'formats.float8_e4m3fn.encode': 3}\n", ["callable"]),
+    ("import no_such_dependency_xyz\nOPS = {}\n", ["no_such_dependency_xyz"]),
+])
+def test_a_broken_adapter_is_one_usage_error(tmp_path, source, words):
+    """Not one error per op of the catalog: the session stops before collecting."""
+    (tmp_path / "my_adapter.py").write_text(source)
+    result = run_pytest(["--pyargs", "ref.conformance", "--ref-impl", "my_adapter"], tmp_path)
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    text = result.stdout + result.stderr
+    assert text.count("--ref-impl: ") == 1 and "During handling" not in text, text[-2000:]
+    for word in words:
+        assert word in text
+
+
 def test_the_session_report_holds_every_op_it_ran(tmp_path):
     """One document over the session, under pytest-xdist too (the workers hand their
     ops to the controller)."""

@@ -48,6 +48,22 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.stash[_OPS] = []
+    if config.getoption("--ref-impl"):  # asked for by name: a broken one is one usage error, not 73
+        _load(config)
+
+
+def _load(config):
+    """The implementation --ref-impl names (the invocation directory on sys.path, as
+    `python -m pytest` would have it); a load error is a pytest.UsageError."""
+    from ref.conformance.implementation import load_implementation
+
+    here = str(config.invocation_params.dir)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return load_implementation(_impl_spec(config))
+    except ValueError as err:
+        raise pytest.UsageError(f"--ref-impl: {err}") from None
 
 
 def _impl_spec(config) -> str:
@@ -58,15 +74,7 @@ def _impl_spec(config) -> str:
 
 @pytest.fixture(scope="session")
 def ref_implementation(request):
-    from ref.conformance.implementation import load_implementation
-
-    here = str(request.config.invocation_params.dir)
-    if here not in sys.path:
-        sys.path.insert(0, here)  # as `python -m pytest` would: an adapter in the current directory loads
-    try:
-        return load_implementation(_impl_spec(request.config))
-    except ValueError as err:
-        pytest.fail(str(err), pytrace=False)
+    return _load(request.config)
 
 
 @pytest.fixture(scope="session")
