@@ -318,19 +318,23 @@ def test_an_older_or_partial_document_renders(tmp_path):
 
 def test_write_and_load_round_trip_through_a_file(run_docs, tmp_path):
     report = tmp_path / "r.json"
-    report.write_text(json.dumps(run_docs[0]))
+    report.write_text(json.dumps(run_docs[1]))
     out = html_report.write(html_report.load(report), tmp_path / "r.html")
-    assert out.read_text(encoding="utf-8") == html_report.render(run_docs[0])
+    assert out.read_text(encoding="utf-8") == html_report.render(run_docs[1])
     report.write_text('{"ops": [], "worst": NaN}')
     with pytest.raises(ValueError, match="not a strict JSON report: bare NaN"):
         html_report.load(report)
+    for other in ("{}", "[1, 2]", '{"ops": [{"op": "x"}]}', '{"schema": "llm-ref-golden/2/exact", "ops": []}'):
+        report.write_text(other)
+        with pytest.raises(ValueError, match="not an llm-ref report"):
+            html_report.load(report)
 
 
 def test_the_html_command_renders_a_report_file_with_the_catalog_flag_texts(run_docs, tmp_path, capsys):
     from ref.cli import main
 
     report = tmp_path / "run.json"
-    report.write_text(json.dumps(run_docs[0]))
+    report.write_text(json.dumps(run_docs[1]))
     assert main(["html", str(report)]) == 0
     page = (tmp_path / "run.html").read_text(encoding="utf-8")
     assert flags()["TiesToEven"].bug in "".join(_parse(page).text)

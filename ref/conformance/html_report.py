@@ -51,11 +51,17 @@ pre{background:#f6f8fa;padding:6px 8px;margin:2px 0;white-space:pre-wrap;word-br
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """A JSON report file, parsed strictly (a bare NaN or Infinity is refused)."""
+    """A JSON report file, parsed strictly (a bare NaN or Infinity is refused), that
+    says it is one (its `schema`)."""
     def refuse(token: str):
         raise ValueError(f"{path}: not a strict JSON report: bare {token}")
 
-    return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=refuse)
+    doc = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=refuse)
+    if not (isinstance(doc, dict) and str(doc.get("schema", "")).startswith("llm-ref-report/")
+            and isinstance(doc.get("ops"), list)):
+        raise ValueError(f"{path}: not an llm-ref report (expected a JSON object with \"schema\": "
+                         f"\"llm-ref-report/1\" and a list of \"ops\", as `conform --report` writes)")
+    return doc
 
 
 def write(doc: Mapping[str, Any], path: str | Path, *, flag_notes: Mapping[str, str] | None = None) -> Path:

@@ -123,6 +123,9 @@ def _meta(chosen: Settings, ops, golden, isolate: bool, timeout: float) -> dict[
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "settings": {"examples": chosen.examples, "ops": list(ops or []), "large": chosen.large,
                      "isolate": isolate, **({"timeout": timeout} if isolate else {})},
+        # the entries the run was given, with their reasons (the HTML report shows an xfail's)
+        "skips": [{"op": e.op, "part": e.part, "reason": e.reason} for e in chosen.skips],
+        "xfails": [{"op": e.op, "part": e.part, "reason": e.reason} for e in chosen.xfails],
     }
 
 
