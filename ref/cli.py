@@ -37,7 +37,9 @@ def _list(args) -> int:
     rows = [("op", "kind", "vectors", "spec")]
     rows += [(name, op.kind.value, str(counts.get(name, 0)), op.spec) for name, op in ops.items()]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    # a terminal's width (or COLUMNS); piped into grep or awk, one line per op
+    width = max(60, shutil.get_terminal_size((100, 24)).columns) if sys.stdout.isatty() or "COLUMNS" in os.environ \
+        else 10**6
     for i, r in enumerate(rows):
         line = "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3]
         # a row wider than the terminal carries its spec page on the next line
@@ -85,6 +87,9 @@ def _conform(args) -> int:
         xfails_path = str(shipped) if shipped else None
     if args.timeout is not None and not args.isolate:
         raise ValueError("--timeout: only with --isolate (a call in process cannot be stopped)")
+    for option, path in (("--report", args.report), ("--html", args.html)):
+        if path and not Path(path).resolve().parent.is_dir():  # found now, not after the whole run
+            raise ValueError(f"{option}: no folder {str(Path(path).parent)!r} to write {path} into")
     impl = load_implementation(impl_spec)
     patterns = args.ops.split(",") if args.ops else None
     _check_selection(impl, patterns)

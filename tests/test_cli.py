@@ -41,6 +41,10 @@ def test_list_shows_every_op_with_kind_vectors_and_spec_within_the_terminal():
     assert max(map(len, verbose.stdout.splitlines())) <= 100
     assert "overflow=saturate|nonsaturating" in verbose.stdout
     assert ref_cli("list", "--names").stdout.split() == list(discover())
+    env = {k: v for k, v in child_env().items() if k != "COLUMNS"}  # no COLUMNS and no terminal:
+    piped = subprocess.run([sys.executable, "-m", "ref", "list"], capture_output=True, text=True,  # one line
+                           env=env, timeout=600).stdout.splitlines()  # per op, for grep
+    assert len(piped) == len(discover()) + 2 and all(op.spec in piped[i + 1] for i, op in enumerate(discover().values()))
 
 
 def test_list_names_a_missing_golden_folder(tmp_path):
@@ -124,6 +128,34 @@ def test_skips_and_strict_xfails(tmp_path):
     strict = ref_cli("conform", "--impl", "corpus.formats_impls:CORRECT", "--xfails-file", str(xfails),
                      "--ops", "formats.float4_e2m1fn.pack", "--examples", "3")
     assert strict.returncode == 1 and "strict" in strict.stdout
+
+
+@pytest.mark.parametrize("entry, words", [
+    ("formats.float8_e4m3fn.encdoe  typo in the op", ["xfails", "encdoe", "names no operation"]),
+    ("formats.float8_e4m3fn.encode/RoundingDirectoin  typo in the flag", ["RoundingDirectoin", "not a vector id"]),
+    ("formats.*.encode/propertys  typo in the check", ["propertys", "properties"]),
+])
+def test_an_entry_naming_nothing_is_an_error(tmp_path, entry, words):
+    (tmp_path / "xfails").write_text(entry + "\n")
+    result = ref_cli("conform", "--impl", "corpus.formats_impls:CORRECT", "--xfails-file", str(tmp_path / "xfails"),
+                     "--ops", "formats.float8_e4m3fn.encode", "--examples", "2")
+    assert result.returncode == 2, result.stdout + result.stderr
+    for word in words:
+        assert word in result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--examples", "-3"], ["--examples", "-3"]),
+    (["--report", "/nonexistent_dir_xyz/r.json"], ["--report", "/nonexistent_dir_xyz"]),
+    (["--html", "/nonexistent_dir_xyz/r.html"], ["--html", "/nonexistent_dir_xyz"]),
+])
+def test_bad_run_options_are_named_before_the_run(args, words):
+    result = ref_cli("conform", "--impl", "corpus.formats_impls:CORRECT", "--ops", "formats.float8_e4m3fn.encode",
+                     *args)
+    assert result.returncode == 2 and "op " not in result.stdout, result.stdout + result.stderr  # no table
+    assert ".partial" not in result.stderr
+    for word in words:
+        assert word in result.stderr
 
 
 def test_an_adapter_s_shipped_xfails_are_the_default(tmp_path):
@@ -283,3 +315,12 @@ def test_spec_command_prints_every_section_a_report_names(capsys):
         assert path.is_file() and path.name == Path(page).name
     assert main(["spec", "formats#no-such-anchor"]) == 2 and "no-such-anchor" in capsys.readouterr().err
     assert main(["spec", "nopage"]) == 2 and "formats.md" in capsys.readouterr().err
+
+
+def test_every_shipped_xfails_file_names_real_ops_and_parts():
+    from ref.conformance.runner import check_entries, parse_entries
+
+    shipped = sorted((REF_HOME / "ref" / "conformance" / "adapters").glob("*.xfails"))
+    assert len(shipped) >= 8
+    for path in shipped:
+        check_entries(discover(), xfails=parse_entries(path.read_text(), source=str(path)))

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import ref.conformance.runner as runner
-from ref.conformance.catalog import discover
+from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
 from ref.formats import decode
+from ref.testing.catalog_types import Flag
 from ref.testing.vector_files import load_manifest
 
 OP = "formats.float8_e4m3fn.decode"
@@ -26,7 +27,14 @@ def _negative(case):
 
 
 @pytest.fixture
-def flagged(monkeypatch):
+def negative_flag(monkeypatch):
+    """A flag named Negative that entries may name (no case carries it)."""
+    known = {**flags(), "Negative": Flag("a sign dropped or flipped", "negative values come out wrong")}
+    monkeypatch.setattr(runner, "flags", lambda: known)
+
+
+@pytest.fixture
+def flagged(monkeypatch, negative_flag):
     """The catalog, with OP's drawn and swept cases flagged Negative when they hold a negative code."""
     ops = {**discover(), OP: replace(discover()[OP], case_flags=_negative)}
     monkeypatch.setattr(runner, "discover", lambda: ops)
@@ -71,7 +79,7 @@ def test_without_the_flag_entry_the_same_kernel_fails(flagged):
     assert all(f.flags == ("Negative",) for f in row.failures)  # failures name the case's flags
 
 
-def test_without_case_flags_a_flag_entry_does_not_cover_examples():
+def test_without_case_flags_a_flag_entry_does_not_cover_examples(negative_flag):
     row = _run(_sign_dropped, ["Negative"], "skips")
     assert row.verdict == "fail"
 

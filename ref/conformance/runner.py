@@ -37,7 +37,7 @@ from ref.testing.catalog_types import Operation
 from ref.testing.vector_files import load_manifest
 
 __all__ = ["BadOutput", "CandidateExit", "Entry", "Failure", "OpReport", "Report", "Settings", "VERDICTS",
-           "annotate", "parse_entries", "run", "run_op"]
+           "annotate", "check_entries", "parse_entries", "run", "run_op"]
 
 
 def run(
@@ -70,6 +70,9 @@ def run(
         raise ValueError(f"--ops: {list(ops)} match no operation; `python -m ref list` shows them")
     if not timeout > 0:
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
+        raise ValueError(f"--examples: expected a whole number >= 0 (0: no random examples), got {examples!r}")
+    check_entries(catalog, skips=skips, xfails=xfails)
     for op in selected:  # a declaration error is the user's, raised before anything runs
         if op.name in impl.ops:
             impl.supported(op)
@@ -112,6 +115,23 @@ def annotate(report: OpReport, op: Operation) -> OpReport:
         failure.spec = failure.spec or op.spec
         failure.flag_text = failure.flag_text or {f: notes[f].bug for f in failure.flags if f in notes}
     return report
+
+
+CHECKS = ("*", "exhaustive", "large", "properties")  # the parts an entry may name besides vector ids and flags
+
+
+def check_entries(catalog, **kinds: Sequence[Entry]) -> None:
+    """A skip or xfail entry must name catalog ops and a part that exists: a misspelt
+    op or flag would otherwise match nothing, silently."""
+    known = flags()
+    for kind, entries in kinds.items():
+        for e in entries:
+            if not any(fnmatchcase(name, e.op) for name in catalog):
+                raise ValueError(f"{kind}: {e.op}/{e.part} names no operation of the catalog "
+                                 f"(`python -m ref list --names` shows them)")
+            if not (e.part in CHECKS or e.part.isdigit() or e.part in known):
+                raise ValueError(f"{kind}: {e.op}/{e.part}: {e.part!r} is not a vector id, a flag or one of "
+                                 f"{', '.join(CHECKS[1:])}")
 
 
 def _meta(chosen: Settings, ops, golden, isolate: bool, timeout: float) -> dict[str, Any]:
