@@ -78,10 +78,10 @@ def test_every_public_function_is_on_its_page(page):
 def test_readme_commands_are_the_ones_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    main_job = 'pip install . && python -m ref conform'
+    main_job = 'pip install . && llm-ref conform'
     tests = 'pip install ".[test]" && pytest'
     assert main_job in readme and tests in readme
-    assert "python -m ref conform" in ci and "pytest" in ci and 'pip install ".[test]"' in ci
+    assert "\n  llm-ref conform" in ci and "pytest" in ci and 'pip install ".[test]"' in ci
     for link in re.findall(r"\]\((spec/[^)#]+)", readme):
         assert (ROOT / link).is_file(), link
 
