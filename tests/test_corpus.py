@@ -60,7 +60,10 @@ RUNNER_CAUGHT = [name for name, (_, catcher) in KERNEL_BUGS.items()
                  if catcher in ("large", "layout", "in place", "dtype", "shared", "latitude")]
 
 
-@pytest.mark.parametrize("name", RUNNER_CAUGHT)
+@pytest.mark.parametrize("name", [
+    # the large cases (2^24-element arrays, seconds each and a gigabyte) run in the deep profile
+    pytest.param(name, marks=pytest.mark.deep) if KERNEL_BUGS[name][1] == "large" else name
+    for name in RUNNER_CAUGHT])
 def test_kernel_bug_is_rejected_by_the_runner_check(name):
     """The runner's own checks name what they caught (the flagged kernel bugs: the corpus rule)."""
     impl, catcher = KERNEL_BUGS[name]
