@@ -9,7 +9,7 @@ caches them under `.hypothesis/constants` in the current directory. A seeded
 property phase would then draw different examples from a wheel than from a
 checkout, and change with the constants in the user's adapter. While the context
 lasts, hypothesis sees no local constants (its built-in ones remain) and its
-storage directory is a temporary one, removed on exit.
+storage directory is a temporary one (named, created only if hypothesis writes, removed on exit).
 
 Both are hypothesis internals (`internal.conjecture.providers._get_local_constants`,
 `CONSTANTS_CACHE`, and `configuration.set_hypothesis_home_dir`), present from 6.136
@@ -19,9 +19,12 @@ run goes on.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 __all__ = ["current_home", "reproducible_draws"]
 
@@ -90,9 +93,13 @@ def _temporary_storage(home: str | None) -> Iterator[None]:
         yield
         return
     previous = vars(configuration).get(_HOME)
-    with ExitStack() as stack:
-        set_home(home or stack.enter_context(tempfile.TemporaryDirectory(prefix="llm-ref-hypothesis-")))
-        try:
-            yield
-        finally:
-            set_home(previous)
+    # Named, not made: hypothesis creates it only if it writes (it has nothing to write while
+    # local constants are off), so a run killed mid-way leaves no empty folder behind.
+    own = None if home else Path(tempfile.gettempdir()) / f"llm-ref-hypothesis-{uuid.uuid4().hex[:12]}"
+    set_home(home or str(own))
+    try:
+        yield
+    finally:
+        set_home(previous)
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
