@@ -1,4 +1,4 @@
-"""Command line: `llm-ref` (or `python -m ref`) `list | golden --write/--check | conform | spec`."""
+"""Command line: `llm-ref` (or `python -m ref`) `list | golden --write/--check | conform | spec | html`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import textwrap
+import time
 from fnmatch import fnmatchcase
 from importlib import resources
 from pathlib import Path
@@ -106,13 +107,14 @@ def _conform(args) -> int:
         progress=progress,
         isolate=args.isolate,
         timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
-        on_op=(lambda partial: _write(args.report, partial)) if args.report else None,
+        on_op=_every_few_seconds(lambda partial: _write(args.report, partial)) if args.report else None,
     )
-    print(f"llm-ref {report.meta['suite']['version']} conformance: {impl.name} {impl.version} ({impl.source})")
+    print(f"llm-ref {report.meta['suite']['version']} conformance run")
+    print(f"implementation: {impl.name} (version {impl.version}; loaded from {impl.source})")
     if xfails_path:
         print(f"xfails: {xfails_path}")
     print(report.table(show_uncovered=args.show_uncovered))
-    details = report.details(flag_notes=flags(), written=args.report)
+    details = report.details(flag_notes=flags(), written=args.report, verbose=args.verbose)
     if details:
         print()
         print(details)
@@ -121,7 +123,7 @@ def _conform(args) -> int:
         print(f"\n(`{args.prog} spec {failed.spec}` prints the spec section a failure names, "
               f"installed or not)")
     counts = ", ".join(f"{n} {v}" for v, n in report.counts().items())
-    print(f"\n{len(report.ops)} ops: {counts}")
+    print(f"\n{len(report.ops)} op{'s' * (len(report.ops) != 1)}: {counts}")
     if args.report:
         _write(args.report, report)
         print(f"report written to {args.report}")
@@ -211,6 +213,20 @@ def _section(text: str, anchor: str, page: str) -> str:
     return "\n".join(lines[start:end])
 
 
+def _every_few_seconds(write, interval: float = 2.0):
+    """`write`, skipped when the last call was under `interval` seconds ago: the report
+    is rewritten whole, so once per op would cost a run quadratic time (the caller
+    writes it once more at the end)."""
+    last = [-interval]
+
+    def maybe(report) -> None:
+        if time.monotonic() - last[0] >= interval:
+            write(report)
+            last[0] = time.monotonic()
+
+    return maybe
+
+
 def _write(path: str, report) -> None:
     """Replace the report file whole, so a run killed at any moment leaves valid JSON."""
     target = Path(path)
@@ -255,7 +271,8 @@ def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
     p.set_defaults(func=_golden)
 
     p = sub.add_parser("conform", parents=[common], help="run the conformance suite against an implementation")
-    p.add_argument("--impl", help=f"MODULE[:ATTR] providing OPS (default: {DEFAULT}: ml_dtypes' casts and float32 NumPy attention)")
+    p.add_argument("--impl", help=f"MODULE[:ATTR] or path/to/file.py[:ATTR] providing OPS (default: {DEFAULT}: "
+                   "ml_dtypes' casts and independent NumPy kernels, every op of the catalog)")
     p.add_argument("--ops", help="comma-separated op names or globs (default: all)")
     p.add_argument("--examples", type=int, default=50, help="hypothesis examples per op (default 50)")
     p.add_argument("--no-shrink", action="store_true", help="report the first failing example unshrunk")
@@ -272,7 +289,8 @@ def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
                    help=f"with --isolate: the longest one call may take (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--show-uncovered", action="store_true",
                    help="list the ops the implementation does not provide (default: one line counting them)")
-    p.add_argument("-v", "--verbose", action="store_true", help="print each op as it starts")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each op as it starts, and the notes of passing ops (how a statistical op was tested)")
     p.set_defaults(func=_conform)
 
     p = sub.add_parser("spec", help="print a spec page shipped with the package (or its path)")

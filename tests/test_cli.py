@@ -324,3 +324,19 @@ def test_every_shipped_xfails_file_names_real_ops_and_parts():
     assert len(shipped) >= 8
     for path in shipped:
         check_entries(discover(), xfails=parse_entries(path.read_text(), source=str(path)))
+
+
+def test_the_summary_names_xfail_reasons_and_keeps_passing_notes_for_verbose():
+    ops = "formats.float8_e8m0fnu.encode,formats.float16.encode_stochastic_rng"
+    quiet = ref_cli("conform", "--ops", ops, "--examples", "5")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    xfails = (REF_HOME / "ref" / "conformance" / "adapters" / "ml_dtypes_casts.xfails").read_text()
+    reason = next(line.split(None, 1)[1].strip() for line in xfails.splitlines()
+                  if line.startswith("formats.float8_e8m0fnu.encode"))
+    assert f"(expected: {reason}" in quiet.stdout  # the xfail line says why it is expected
+    assert "NOTE formats.float16.encode_stochastic_rng" not in quiet.stdout
+    assert "implementation: " in quiet.stdout and "2 ops: 1 pass, 1 xfail" in quiet.stdout
+    verbose = ref_cli("conform", "--ops", ops, "--examples", "5", "-v")
+    assert "NOTE formats.float16.encode_stochastic_rng" in verbose.stdout
+    one = ref_cli("conform", "--ops", "formats.float8_e8m0fnu.decode", "--examples", "2")
+    assert "\n1 op: 1 pass" in one.stdout

@@ -182,7 +182,7 @@ class Report:
     def table(self, *, show_uncovered: bool = False) -> str:
         """One row per op; ops the implementation does not provide are summed up in a
         line after the table unless `show_uncovered`."""
-        rows = [("op", "kind", "vectors", "examples", "worst/tol", "precision", "verdict")]
+        rows = [("op", "kind", "vectors", "cases", "worst/tol", "precision", "verdict")]
         hidden = 0
         for r in self.ops:
             if r.verdict == "not covered" and not show_uncovered:
@@ -200,7 +200,7 @@ class Report:
         return "\n".join(lines)
 
     def details(self, limit: int = 5, flag_notes: Mapping[str, Any] | None = None,
-                written: str | None = None) -> str:
+                written: str | None = None, verbose: bool = False) -> str:
         """Failures (at most `limit` per op), notes, acceptable differences, xfails;
         with `flag_notes` (flag -> Flag), the bug class of each failing flag without its
         text once per op; `written`: the path of the JSON report, named where failures
@@ -213,12 +213,17 @@ class Report:
                 if len(r.failures) > limit:
                     out.append(f"  ... {len(r.failures) - limit} more failures" + (f" in {written}" if written else ""))
                 out += _flag_lines([f for f in r.failures[:limit] if not f.flag_text], flag_notes or {})
+            # a passing op's notes (how a statistical op was tested, say) only when asked,
+            # except that cases were declined: what was not judged is always said
             for note in r.notes:
-                out.append(f"NOTE {r.op}: {note}")
+                if verbose or r.verdict != "pass" or "NotImplementedError" in note:
+                    out.append(f"NOTE {r.op}: {note}")
             if r.acceptable:
                 out.append(f"ACCEPTABLE {r.op}: " + "; ".join(sorted(set(r.acceptable))[:limit]))
             if r.xfailed:
-                out.append(f"XFAIL {r.op}: " + "; ".join(sorted({f.where for f in r.xfailed})[:limit]))
+                reasons = sorted({e["reason"] for e in self.meta.get("xfails", ()) if fnmatchcase(r.op, e["op"])})
+                out.append(f"XFAIL {r.op}: " + "; ".join(sorted({f.where for f in r.xfailed})[:limit])
+                           + (f" (expected: {'; '.join(reasons[:limit])})" if reasons else ""))
         if not self.complete:
             out.append(f"INCOMPLETE: {self.meta.get('interrupted', 'the run stopped before every op ran')}")
         return "\n".join(out)
