@@ -142,6 +142,34 @@ def test_a_bounded_failure_names_its_precision_and_the_precision_whose_bound_it_
     assert ok.verdict == "pass" and ok.precision == "bfloat16"
 
 
+@pytest.mark.parametrize("via", ["float16", "bfloat16"])
+def test_an_encoder_that_narrows_its_input_first_is_diagnosed(via):
+    """A kernel that converts float32 -> float16 (or bfloat16) -> FP8 rounds twice: its
+    failures say so, and name the precision; a kernel wrong some other way (truncating)
+    gets no such hint."""
+    from ref.formats import decode, round_to
+
+    def narrowed(x, **kw):
+        if np.asarray(x).dtype.kind != "f":
+            raise TypeError("x: expected floats")
+        return encode(round_to(x, via), "float8_e4m3fn", **kw)
+
+    def truncating(x, **kw):
+        if np.asarray(x).dtype.kind != "f":
+            raise TypeError("x: expected floats")
+        codes = encode(x, "float8_e4m3fn", **kw)
+        far = np.abs(decode(codes, "float8_e4m3fn")) > np.abs(np.asarray(x, np.float64))
+        return np.where(far & (codes & 0x7F > 0) & (codes & 0x7F < 0x7E), codes - 1, codes).astype(codes.dtype)
+
+    (row,) = run(Implementation("narrowed", {ENCODE: narrowed}), ops=[ENCODE], examples=5).ops
+    assert row.verdict == "fail"
+    compared = [f for f in row.failures if f.expected is not None]
+    assert compared and all(f"first rounded to {via}:" in f.hint for f in compared)  # the one every failure fits
+    assert f"first rounded to {via}" in compared[0].describe()
+    (other,) = run(Implementation("truncating", {ENCODE: truncating}), ops=[ENCODE], examples=5).ops
+    assert other.verdict == "fail" and not any("first rounded" in f.hint for f in other.failures)
+
+
 def test_a_far_off_bounded_kernel_gets_no_precision_hint():
     def far(**kw):
         out, lse = attend_emulated("float32", **kw)

@@ -101,6 +101,8 @@ class Failure:
             lines.append(f"judged at {self.precision}")
         if self.hint:
             lines.append(self.hint)
+            if self.flag_text:  # the flags name what the case targets, not what the hint found
+                lines.append("(the flags below name what this case targets; the cause may be the above alone)")
         lines += [f"{flag}: catches {text}" for flag, text in self.flag_text.items()]
         if context and self.spec:
             lines.append(f"spec: {self.spec}")

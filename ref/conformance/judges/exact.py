@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ref.conformance.implementation import Implementation
 from ref.conformance.judges import Settings
 from ref.conformance.judges.arrays import run_checks
 from ref.conformance.judges.candidate import ArrayJudge, Watch
 from ref.conformance.report import Failure, OpReport
+from ref.formats.minifloat import round_to
 from ref.testing.catalog_types import Operation, Variant
 from ref.testing.compare import Comparison
 from ref.testing.vector_files import Case, as_output, same_output
@@ -28,6 +31,7 @@ class ExactJudge(ArrayJudge):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.latitude_choices: dict[str, list] = {}  # open axis -> the values every case allowed so far
+        self.narrowings: list = []  # (failure, (input, dtype, precisions explaining its output) or None)
 
     def judge_output(self, case: Case, actual, expected, alternatives):
         """The op's comparison; an undeclared latitude axis may match any of its values."""
@@ -72,6 +76,30 @@ class ExactJudge(ArrayJudge):
             self.latitude_choices[axis.name] = matching if before is None else [
                 v for v in before if any(_same(v, m) for m in matching)]
 
+    def failure(self, where, comment, flags, case: Case, detail: str, *, seen=None, **kwargs) -> Failure:
+        """The structured failure; its output is also tried against the oracle on float
+        inputs first narrowed to a coarser precision (see `finish`)."""
+        base = super().failure(where, comment, flags, case, detail, seen=seen, **kwargs)
+        if seen is not None and not seen.cmp.ok:
+            self.narrowings.append((base, _narrowings(self.op, case, seen.actual)))
+        return base
+
+    def _diagnose_narrowing(self) -> None:
+        """A kernel converting float32 -> float16 -> FP8 rounds twice. The precisions that
+        explain the most failures of the op, if they explain at least three and a quarter
+        of them (a kernel may have a second bug), are named in each failure they explain;
+        one failure explained that way among many others is a coincidence, and says nothing."""
+        explained = {p: [(f, n) for f, n in self.narrowings if n and p in n[2]] for p in NARROWER["float64"]}
+        most = max(len(e) for e in explained.values())
+        if most < 3 or 4 * most < len(self.narrowings):
+            return
+        best = [p for p, e in explained.items() if len(e) == most]
+        via = " or ".join(best)
+        for failure, (name, dtype, _) in explained[best[0]]:
+            if not failure.hint:
+                failure.hint = (f"the output is the oracle's on {name} first rounded to {via}: the kernel "
+                                f"narrows {name} ({dtype}) to {via} before converting, rounding twice")
+
     def _record(self, cmp: Comparison) -> None:
         report = self.report
         report.unit = report.unit or cmp.unit
@@ -80,12 +108,38 @@ class ExactJudge(ArrayJudge):
             report.worst = max(report.worst, cmp.worst)
 
     def finish(self) -> None:
+        self._diagnose_narrowing()
         for axis, values in self.latitude_choices.items():
             if not values:
                 self.report.failures.append(Failure(
                     "latitude", f"undeclared variant axis {axis!r}", (), {},
                     f"the outputs match different values of {axis!r} on different inputs; the spec leaves the "
                     f"choice open, but one implementation makes one choice (declare it in VARIANTS)"))
+
+
+NARROWER = {"float64": ("float32", "float16", "bfloat16"), "float32": ("float16", "bfloat16"),
+            "float16": ("bfloat16",)}
+
+
+def _narrowings(op: Operation, case: Case, actual) -> tuple[str, str, list[str]] | None:
+    """(input name, its dtype, the coarser precisions p such that the output equals the
+    oracle's on that float input first rounded to p), or None when none does."""
+    for name, x in case.inputs.items():
+        x = np.asarray(x)
+        found = []
+        for precision in NARROWER.get(x.dtype.newbyteorder("=").name, ()):
+            with np.errstate(all="ignore"):
+                narrowed = round_to(x, precision).astype(x.dtype)
+            if same_output(narrowed, x):
+                continue  # this input does not tell the two apart
+            try:
+                if op.compare(as_output(op.oracle(**{**case.inputs, name: narrowed}, **case.params)), actual).ok:
+                    found.append(precision)
+            except Exception:  # the oracle refusing the narrowed input: no diagnosis from it
+                continue
+        if found:
+            return name, str(x.dtype), found
+    return None
 
 
 def _same(a: Any, b: Any) -> bool:
