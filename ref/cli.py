@@ -169,7 +169,7 @@ def _spec(args) -> int:
     folder = spec_dir()
     if not args.page:
         print(folder)
-        for page in sorted(folder.glob("*.md")):
+        for page in sorted(p for p in folder.iterdir() if p.suffix in (".md", ".json")):
             print(f"  {page.name}")
         return 0
     name, _, anchor = args.page.partition("#")

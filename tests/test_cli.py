@@ -315,6 +315,9 @@ def test_spec_command_prints_every_section_a_report_names(capsys):
         assert path.is_file() and path.name == Path(page).name
     assert main(["spec", "formats#no-such-anchor"]) == 2 and "no-such-anchor" in capsys.readouterr().err
     assert main(["spec", "nopage"]) == 2 and "formats.md" in capsys.readouterr().err
+    assert main(["spec"]) == 0
+    listed = capsys.readouterr().out
+    assert "report.schema.json" in listed and "golden.schema.json" in listed and "formats.md" in listed
 
 
 def test_every_shipped_xfails_file_names_real_ops_and_parts():
