@@ -128,12 +128,18 @@ def pack_int32(codes, *, order: str = "gptq", **_):
     return word.view(np.int32)
 
 
+def packed_input(a, name: str, dtype, what: str) -> np.ndarray:
+    """`a` as an array of packed `dtype` words with at least one axis, or the error naming `name`."""
+    a = np.asarray(a)
+    if a.dtype != dtype:
+        raise TypeError(f"{name}: expected {what}, got {a.dtype}")
+    if a.ndim == 0:
+        raise ValueError(f"{name}: expected at least one axis, got a scalar")
+    return a
+
+
 def unpack_int32(words, *, order: str = "gptq", **_):
-    words = np.asarray(words)
-    if words.dtype != np.int32:
-        raise TypeError(f"words: expected int32, got {words.dtype}")
-    if words.ndim == 0:
-        raise ValueError("words: expected at least one axis, got a scalar")
+    words = packed_input(words, "words", np.int32, "int32")
     u = words.view(np.uint32)
     out = np.zeros((*words.shape, 8), np.uint8)
     for nibble in range(8):
@@ -152,11 +158,7 @@ def pack_fp4(codes, *, order: str = "low_first", **_):
 
 
 def unpack_fp4(packed, *, order: str = "low_first", **_):
-    packed = np.asarray(packed)
-    if packed.dtype != np.uint8:
-        raise TypeError(f"packed: expected uint8 bytes, got {packed.dtype}")
-    if packed.ndim == 0:
-        raise ValueError("packed: expected at least one axis, got a scalar")
+    packed = packed_input(packed, "packed", np.uint8, "uint8 bytes")
     low, high = packed & np.uint8(0xF), packed >> np.uint8(4)
     pair = (low, high) if order == "low_first" else (high, low)
     return np.stack(pair, axis=-1).reshape(*packed.shape[:-1], 2 * packed.shape[-1])
