@@ -20,6 +20,7 @@ from ref.conformance.implementation import Implementation
 from ref.conformance.report import RATIO_EDGES, Failure, OpReport, Report
 from ref.conformance.runner import parse_entries, run
 from ref.formats import encode, get_format
+from ref.testing.vector_files import load_vectors
 
 ROOT = Path(__file__).resolve().parents[1]
 ENCODE = "formats.float8_e4m3fn.encode"
@@ -277,3 +278,20 @@ def test_details_point_at_a_json_report_only_when_one_was_written(half_away):
     plain, written = report.details(limit=1), report.details(limit=1, written="out/r.json")
     assert f"... {len(row.failures) - 1} more failures\n" in plain + "\n" and "JSON" not in plain
     assert f"... {len(row.failures) - 1} more failures in out/r.json" in written
+
+
+def test_a_vector_failure_adds_the_flags_of_the_failing_element():
+    """A vector's flags name what it targets (and are what entries match); the element
+    that failed adds its own class, which may name the bug better: an MX quantizer that
+    does not saturate fails a scale-rule vector on an element past the format's max."""
+    from corpus.formats_impls import mx_composed
+
+    impl = mx_composed(("no_saturation",), ("float8_e4m3fn",))
+    (row,) = [r for r in run(impl, ops=["formats.mxfp8_e4m3.quantize"], examples=0).ops if r.verdict != "not covered"]
+    assert row.verdict == "fail"
+    vectors = [f for f in row.failures if f.vector is not None and f.expected is not None]
+    assert vectors
+    golden = {v.id: v for v in load_vectors("formats.mxfp8_e4m3.quantize")}
+    for f in vectors:
+        assert f.flags[:len(golden[f.vector].flags)] == tuple(golden[f.vector].flags)  # the vector's own first
+    assert any(set(f.flags) - set(golden[f.vector].flags) for f in vectors)  # and the element's class added

@@ -203,7 +203,7 @@ def _check_vector(judge: ArrayJudge, v: Vector, case: Case, expected, *, layouts
             judge.report.acceptable.append(f"{where}: {note}")
         if not cmp.ok:
             return judge.failure(where, v.comment + label, v.flags, case, cmp.describe(), seen=judge.seen,
-                                 vector=_vector_id(v)), None
+                                 vector=_vector_id(v), classify="add"), None
         first = actual if first is None else first
     return None, first
 

@@ -187,13 +187,14 @@ class ArrayJudge:
         return ""
 
     def failure(self, where: str, comment: str, flags: Sequence[str], case: Case, detail: str, *,
-                seen: Seen | None = None, vector: int | None = None, classify: bool = False,
+                seen: Seen | None = None, vector: int | None = None, classify: bool | str = False,
                 hint: bool = True) -> Failure:
         """A structured failure of `case`: the first mismatching index, the input
         element(s) behind it, expected and got with their bits, the precision and
         (with `hint`) a remedy, from `seen` (the comparison that failed; None: the call raised or
         returned something unusable, and the failure shows the inputs). `classify`
-        takes the flags of the failing element(s) (the op's case_flags) when it has any."""
+        takes the flags of the failing element(s) (the op's case_flags) when it has any;
+        "add" keeps `flags` (a vector's, which entries match) and adds the element's own."""
         base = Failure(where, comment, tuple(flags), dict(case.params), detail, vector=vector)
         if seen is None or seen.cmp.ok:
             base.inputs = accepted_inputs(case.inputs)
@@ -224,7 +225,9 @@ class ArrayJudge:
                 own = tuple(self.op.case_flags(cut)) if cut is not None else ()
             except Exception:  # the case_flags of a cut-down case: keep the whole case's flags
                 own = ()
-            if own:
+            if own and classify == "add":
+                base.flags = base.flags + tuple(f for f in own if f not in base.flags and f != "Random")
+            elif own:
                 base.flags = own
         return base
 
