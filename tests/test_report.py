@@ -15,7 +15,7 @@ import pytest
 
 from corpus.formats_impls import HALF_AWAY
 from ref.attention.emulate import attend as attend_emulated
-from ref.conformance.catalog import flags
+from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import Implementation
 from ref.conformance.report import RATIO_EDGES, Failure, OpReport, Report
 from ref.conformance.runner import parse_entries, run
@@ -295,3 +295,19 @@ def test_a_vector_failure_adds_the_flags_of_the_failing_element():
     for f in vectors:
         assert f.flags[:len(golden[f.vector].flags)] == tuple(golden[f.vector].flags)  # the vector's own first
     assert any(set(f.flags) - set(golden[f.vector].flags) for f in vectors)  # and the element's class added
+
+
+def test_skipped_vectors_are_explained_even_when_the_op_passes():
+    """What was not judged is always said: vectors skipped for an undeclared variant value
+    (named with its count), an undeclared input dtype, or an entry of the skips file."""
+    oracle = discover()[ENCODE].oracle
+    impl = Implementation("narrow", {ENCODE: oracle}, variants={ENCODE: {"overflow": ["saturate"]}},
+                          dtypes={ENCODE: {"x": ["float32"]}})
+    report = run(impl, ops=[ENCODE], examples=2, skips=parse_entries(f"{ENCODE}/3 not today\n"))
+    (row,) = report.ops
+    assert row.verdict == "pass" and row.vectors_skipped > 0
+    (note,) = [n for n in row.notes if "vectors skipped" in n]
+    assert note.startswith(f"not judged: {row.vectors_skipped} vectors skipped")
+    assert "overflow=nonsaturating (" in note and "input dtypes not declared in DTYPES" in note
+    assert "1 named by the skips" in note
+    assert f"NOTE {ENCODE}: {note}" in report.details()  # shown though the op passed

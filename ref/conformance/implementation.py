@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-import ml_dtypes  # noqa: F401 - registers bfloat16, float8_* as dtype names for DTYPES
+import ml_dtypes
 import numpy as np
 
 from ref.conformance.catalog import discover
@@ -146,7 +146,7 @@ def _check_dtypes(pattern: str, inputs: Mapping, ops: Sequence[Operation]) -> No
             raise ValueError(f"dtypes: {pattern!r} -> {name!r} takes a list of dtype names, got {names!r}")
         for d in names:
             try:
-                np.dtype(d)
+                np.dtype(getattr(ml_dtypes, d) if isinstance(d, str) and hasattr(ml_dtypes, d) else d)
             except TypeError:
                 raise ValueError(f"dtypes: {pattern!r} -> {name!r}: {d!r} is not a dtype name NumPy or "
                                  f"ml_dtypes knows (e.g. 'float32', 'bfloat16')") from None

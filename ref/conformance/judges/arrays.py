@@ -76,10 +76,29 @@ def run_checks(judge: ArrayJudge, settings) -> None:
     _run_properties(judge, settings.examples, settings.shrink, xfails, skips)
     judge.finish()
     if report.unsupported:
-        report.notes.append(f"{report.unsupported} cases declined with NotImplementedError (features not provided)")
+        report.notes.append(f"not judged: {report.unsupported} cases declined with NotImplementedError "
+                            f"(features not provided)")
+    if judge.skip_reasons:
+        report.notes.append(f"not judged: {_skipped_vectors(judge.skip_reasons)}")
     if judge.skipped_by_flag:
         report.notes.append(f"{judge.skipped_by_flag} random or swept cases skipped: their flags are in the skips")
     report.verdict = verdict(report, [e for e in xfails if e.matches(name, "*") and e.part == "*"])
+
+
+def _skipped_vectors(reasons) -> str:
+    """Why vectors were skipped: variant values not declared (by value), input dtypes not
+    accepted, entries of the skips file."""
+    variants = {k: n for k, n in reasons.items() if "=" in k}
+    parts = []
+    if variants:
+        shown = ", ".join(f"{k} ({n})" for k, n in sorted(variants.items(), key=lambda kv: -kv[1])[:4])
+        more = f", {len(variants) - 4} more values" if len(variants) > 4 else ""
+        parts.append(f"{sum(variants.values())} under variant values not declared in VARIANTS: {shown}{more}")
+    if reasons.get("dtype"):
+        parts.append(f"{reasons['dtype']} with input dtypes not declared in DTYPES")
+    if reasons.get("skips"):
+        parts.append(f"{reasons['skips']} named by the skips")
+    return f"{sum(reasons.values())} vectors skipped: " + "; ".join(parts)
 
 
 def verdict(report: OpReport, whole_xfail: Sequence[Entry]) -> str:
@@ -117,11 +136,13 @@ def _vector_runs(v: Vector, judge: ArrayJudge) -> list[tuple[Case, Output | None
     latitude = {a.name for a in op.variants if a.latitude} if v.result == "acceptable" else set()
     for axis, value in params.items():
         if axis in supported and not _among(value, supported[axis]) and axis not in latitude:
+            judge.skip_reasons[f"{axis}={value}"] += 1  # a variant value not declared
             return None
     free = [a for a in supported if a not in params]
     base = {**params, **{a: supported[a][0] for a in free}}
     combos = [base] + [{**base, axis: x} for axis in free for x in supported[axis] if x != base[axis]]
     if v.result != "invalid" and not judge.accepts(Case(v.inputs, base)):
+        judge.skip_reasons["dtype"] += 1  # an input dtype not among the declared ones
         return None
     open_axes = {a.name for a in judge.open_axes}
     declared_lat = [a for a in sorted(latitude) if a in v.params and a not in open_axes]
@@ -149,6 +170,7 @@ def _run_vectors(judge: ArrayJudge, vectors: Sequence[Vector], xfails, skips) ->
         part = str(v.id)
         if any(e.matches(judge.op.name, part, v.flags) for e in skips):
             report.vectors_skipped += 1
+            judge.skip_reasons["skips"] += 1
             continue
         judge.at = (f"vector {v.id}", tuple(v.flags))
         try:

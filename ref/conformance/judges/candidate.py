@@ -8,6 +8,7 @@ it with the oracle; a kind's module subclasses it with its comparison."""
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,7 @@ class ArrayJudge:
         self.open_axes = [v for v in op.variants if v.latitude and v.name not in declared]
         self.at: tuple[str, tuple[str, ...]] = ("", ())  # the check being run, for `watch`
         self.skipped_by_flag = 0
+        self.skip_reasons: Counter[str] = Counter()  # why vectors were skipped (a variant value, a dtype, skips)
         self.seen: Seen | None = None  # the last comparison (None after a call that raised)
         if report.classes is None:
             report.classes = {}

@@ -180,7 +180,7 @@ def run_op(op: StatefulOp, fn: Callable, impl, settings, report: OpReport, watch
     _replay(op, fn, supported, settings, report, watch)
     _search(op, fn, supported, settings, report, watch)
     if report.unsupported:
-        report.notes.append(f"{report.unsupported} traces declined with NotImplementedError (features not provided)")
+        report.notes.append(f"not judged: {report.unsupported} traces declined with NotImplementedError (features not provided)")
     report.verdict = _verdict(report, [e for e in settings.xfails if e.matches(op.name, "*") and e.part == "*"])
 
 

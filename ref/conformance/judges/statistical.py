@@ -186,7 +186,7 @@ def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch
         _run_properties(op, fn, settings.examples, base, level, counter, report, xfails, skips, supported,
                         dtypes, watch)
     if report.unsupported:
-        report.notes.append(f"{report.unsupported} cases declined with NotImplementedError (features not provided)")
+        report.notes.append(f"not judged: {report.unsupported} cases declined with NotImplementedError (features not provided)")
     report.notes.append(f"{checks} checks of {op.calls} calls each at level {level:.3g} per check "
                         f"(false-alarm rate {op.false_alarm:g} per run, confirmed by a re-run)")
     report.verdict = verdict(report, [e for e in xfails if e.matches(name, "*") and e.part == "*"])
