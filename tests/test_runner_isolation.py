@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ref.conformance.catalog import discover
@@ -51,6 +52,15 @@ BROKEN = {
     "formats.float8_e4m3fnuz.encode": _correct,
     "formats.float8_e5m2.encode": _os_exit,
 }
+
+
+def _dies_on_nan(x, **kw):
+    if np.isnan(np.asarray(x, np.float64)).any():
+        os._exit(9)
+    return discover()["formats.float8_e4m3fn.encode"].oracle(x=x, **kw)
+
+
+DIES_ON_NAN = {"formats.float8_e4m3fn.encode": _dies_on_nan}
 SLOW_THEN_CORRECT = {"formats.float8_e4m3fnuz.encode": _correct, "formats.float8_e5m2.encode": _sleeps}
 
 
@@ -105,6 +115,27 @@ def test_each_crash_fails_its_own_op_and_the_others_run(tmp_path):
     assert "SystemExit: 3" in rows["formats.bfloat16.encode"]["failures"][0]["detail"]
     assert rows["formats.float8_e4m3fnuz.encode"]["verdict"] == "pass"
     assert "SIGSEGV" in result.stdout and "vector 1" in result.stdout
+
+
+def test_a_death_mid_op_names_the_vector_its_inputs_and_the_checks_before_it(tmp_path):
+    """The child's verdicts die with it; the parent still names the vector it died on, with
+    that vector's inputs and params from the golden file, and the checks that came back."""
+    from ref.testing.vector_files import load_vectors
+
+    out = tmp_path / "r.json"
+    cmd, env = _cli("--impl", "test_runner_isolation:DIES_ON_NAN", "--examples", "0", "--isolate",
+                    "--report", str(out))
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (row,) = [r for r in _strict(out.read_text())["ops"] if r["verdict"] != "not covered"]
+    (f,) = row["failures"]
+    vectors = {v.id: v for v in load_vectors("formats.float8_e4m3fn.encode")}
+    vector = vectors[f["vector"]]
+    assert f["where"] == f"vector {vector.id}" and np.isnan(np.asarray(vector.inputs["x"], np.float64)).any()
+    assert "exited with status 9" in f["detail"] and "nan" in f["inputs"]["x"]
+    assert f["params"] == dict(vector.params)
+    before = int(f["detail"].partition("before it, ")[2].split()[0])
+    assert 0 < before < vector.id and "calls returned (vector 1, vector 2" in f["detail"]
 
 
 def test_a_killed_run_leaves_a_valid_partial_report(tmp_path):

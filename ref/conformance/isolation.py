@@ -22,9 +22,11 @@ from collections.abc import Callable
 
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation, load_implementation
+from ref.conformance.judges.evidence import accepted_inputs
 from ref.conformance.report import Failure, OpReport
 from ref.conformance.reproducible import current_home, reproducible_draws
 from ref.testing.catalog_types import Operation
+from ref.testing.vector_files import load_vectors
 
 __all__ = ["isolated_runner"]
 
@@ -87,23 +89,29 @@ def _run_in_child(op: Operation, spec: str, chosen, timeout: float) -> OpReport:
     proc.start()
     send.close()  # the child holds the only writer: its death is an EOF here
     state, where, flags = "start", "", ()
+    returned: dict[str, None] = {}  # the checks whose calls came back, in order
+
+    def lost(comment: str, detail: str) -> OpReport:
+        return _lost(op, where, flags, comment, detail, [w for w in returned if w != where], chosen.golden)
+
     try:
         while True:
             limit = timeout if state == "call" else max(timeout, OUTSIDE_CALL_LIMIT)
             if not receive.poll(limit):
                 what = "the call did not return" if state == "call" else "the run stalled"
-                return _lost(op, where, flags, _COMMENTS[state, "hung"],
-                             f"{what} within {limit:g} s; the process was killed")
+                return lost(_COMMENTS[state, "hung"], f"{what} within {limit:g} s; the process was killed")
             try:
                 kind, payload, extra = receive.recv()
             except EOFError:
                 proc.join(5)
-                return _lost(op, where, flags, _COMMENTS[state, "died"], _death(proc.exitcode))
+                return lost(_COMMENTS[state, "died"], _death(proc.exitcode))
             if kind == "done":
                 return payload
             if kind == "error":
-                return _lost(op, "op", (), "the child process could not run the op", payload)
+                return _lost(op, "op", (), "the child process could not run the op", payload, [], None)
             state, where, flags = kind, payload, extra
+            if kind == "back":
+                returned[where] = None
     finally:
         if proc.is_alive():
             proc.kill()
@@ -133,7 +141,24 @@ _COMMENTS = {
 }
 
 
-def _lost(op: Operation, where: str, flags: tuple, comment: str, detail: str) -> OpReport:
+def _lost(op: Operation, where: str, flags: tuple, comment: str, detail: str, before: list[str],
+          golden) -> OpReport:
+    """The op's report when its child hung or died at `where`: a failure there, with the
+    vector's inputs when it was one, and the checks whose calls returned `before` it
+    (their verdicts died with the child)."""
     report = OpReport(op.name, op.kind.value, op.spec, verdict="fail")
-    report.failures.append(Failure(where or "op", comment, tuple(flags), {}, detail))
+    failure = Failure(where or "op", comment, tuple(flags), {}, detail)
+    number = where.removeprefix("vector ")
+    if number.isdigit():
+        failure.vector = int(number)
+        try:
+            found = [v for v in load_vectors(op.name, golden) if v.id == failure.vector]
+        except Exception:  # the golden folder unreadable: the failure without its inputs
+            found = []
+        if found:
+            failure.inputs, failure.params = accepted_inputs(found[0].inputs), dict(found[0].params)
+    if before:
+        shown = ", ".join(before[:3]) + (f", ... {before[-1]}" if len(before) > 3 else "")
+        failure.detail += f"; before it, {len(before)} checks' calls returned ({shown}; their verdicts died with the child)"
+    report.failures.append(failure)
     return report
