@@ -474,7 +474,9 @@ def test_emulated_is_representable_and_within_a_few_ulps(case, precision):
     norms, ia, ib = _pair_norms(exact, r, style)
     # float32 angles at positions < 8192 are good to ~1e-3 rad; each output is at most
     # the pair's norm, so its error is a rounding of it plus that angle error.
-    ulp = 2.0 ** (np.floor(np.log2(np.maximum(norms, 1e-300))) - mant)
+    emin = {"bfloat16": -126, "float16": -14, "float32": -126}[precision]
+    # one ulp of the pair's norm, never finer than the precision's subnormal spacing
+    ulp = 2.0 ** (np.maximum(np.floor(np.log2(np.maximum(norms, 1e-300))), emin) - mant)
     # low precisions store cos, sin, both products and the result: about 4 roundings
     bound = 2 * ulp + 2e-3 * norms if precision == "float32" else 4 * ulp
     assert np.all(np.abs(emu[..., ia] - exact[..., ia]) <= bound)
