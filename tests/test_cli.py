@@ -131,9 +131,11 @@ def test_skips_and_strict_xfails(tmp_path):
 
 
 @pytest.mark.parametrize("entry, words", [
-    ("formats.float8_e4m3fn.encdoe  typo in the op", ["xfails", "encdoe", "names no operation"]),
+    ("formats.float8_e4m3fn.encdoe  typo in the op", ["xfails", "encdoe", "names no operation",
+                                                      "did you mean 'formats.float8_e4m3fn.encode'"]),
     ("formats.float8_e4m3fn.encode/RoundingDirectoin  typo in the flag", ["RoundingDirectoin", "not a vector id"]),
-    ("formats.*.encode/propertys  typo in the check", ["propertys", "properties"]),
+    ("formats.*.encode/propertys  typo in the check", ["propertys", "did you mean 'properties'"]),
+    ("formats.float8_e4m3fn.encode/9999  no such vector", ["no vector 9999", "vectors 1 to"]),
 ])
 def test_an_entry_naming_nothing_is_an_error(tmp_path, entry, words):
     (tmp_path / "xfails").write_text(entry + "\n")

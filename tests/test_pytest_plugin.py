@@ -80,6 +80,15 @@ def test_a_broken_adapter_is_one_usage_error(tmp_path, source, words):
         assert word in text
 
 
+def test_a_misspelt_xfails_entry_is_one_usage_error(tmp_path):
+    (tmp_path / "my_adapter.py").write_text(CORRECT)
+    (tmp_path / "my_adapter.xfails").write_text("formats.float8_e4m3fn.decdoe  a typo\n")  # shipped beside it
+    result = run_pytest(["--pyargs", "ref.conformance", "--ref-impl", "my_adapter"], tmp_path)
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    text = result.stdout + result.stderr
+    assert text.count("decdoe") == 1 and "did you mean 'formats.float8_e4m3fn.decode'" in text, text[-2000:]
+
+
 def test_the_session_report_holds_every_op_it_ran(tmp_path):
     """One document over the session, under pytest-xdist too (the workers hand their
     ops to the controller)."""

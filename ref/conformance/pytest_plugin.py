@@ -48,8 +48,11 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.stash[_OPS] = []
-    if config.getoption("--ref-impl"):  # asked for by name: a broken one is one usage error, not 73
+    # asked for by name: a broken implementation or entries file is one usage error, not 73
+    if config.getoption("--ref-impl"):
         _load(config)
+    if any(config.getoption(o) for o in ("--ref-impl", "--ref-skips-file", "--ref-xfails-file")):
+        _entries(config)
 
 
 def _load(config):
@@ -79,24 +82,34 @@ def ref_implementation(request):
 
 @pytest.fixture(scope="session")
 def ref_entries(request):
+    return _entries(request.config)
+
+
+def _entries(config):
+    """(skips, xfails): the files the options name, or the xfails the implementation
+    ships; each entry checked against the catalog (a pytest.UsageError otherwise)."""
     from ref.conformance.adapters import shipped_xfails
+    from ref.conformance.catalog import discover
     from ref.conformance.implementation import is_file_spec
-    from ref.conformance.runner import parse_entries
+    from ref.conformance.runner import check_entries, parse_entries
 
     def read(option, fallback=None):
-        path = request.config.getoption(option) or fallback
+        path = config.getoption(option) or fallback
         return parse_entries(Path(path).read_text(), source=str(path)) if path else []
 
-    spec = _impl_spec(request.config)
+    spec = _impl_spec(config)
     if is_file_spec(spec):
         beside = Path(spec.partition(":")[0]).with_suffix(".xfails")
         default_xfails = beside if beside.is_file() else None
     else:
         default_xfails = shipped_xfails(spec)
+    golden = config.getoption("--ref-golden")
     try:
-        return read("--ref-skips-file"), read("--ref-xfails-file", default_xfails)
+        skips, xfails = read("--ref-skips-file"), read("--ref-xfails-file", default_xfails)
+        check_entries(discover(), golden=Path(golden) if golden else None, skips=skips, xfails=xfails)
     except (OSError, ValueError) as err:
-        pytest.fail(str(err), pytrace=False)
+        raise pytest.UsageError(str(err)) from None
+    return skips, xfails
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ too. A KeyboardInterrupt stops the run and returns the report so far, incomplete
 
 from __future__ import annotations
 
+import difflib
 import platform
 import time
 from collections.abc import Callable, Sequence
@@ -72,7 +73,7 @@ def run(
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
     if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
         raise ValueError(f"--examples: expected a whole number >= 0 (0: no random examples), got {examples!r}")
-    check_entries(catalog, skips=skips, xfails=xfails)
+    check_entries(catalog, golden=golden, skips=skips, xfails=xfails)
     for op in selected:  # a declaration error is the user's, raised before anything runs
         if op.name in impl.ops:
             impl.supported(op)
@@ -120,18 +121,30 @@ def annotate(report: OpReport, op: Operation) -> OpReport:
 CHECKS = ("*", "exhaustive", "large", "properties")  # the parts an entry may name besides vector ids and flags
 
 
-def check_entries(catalog, **kinds: Sequence[Entry]) -> None:
-    """A skip or xfail entry must name catalog ops and a part that exists: a misspelt
-    op or flag would otherwise match nothing, silently."""
+def check_entries(catalog, *, golden: Path | None = None, **kinds: Sequence[Entry]) -> None:
+    """A skip or xfail entry must name catalog ops and a part that exists (a vector id
+    one of those ops has in the golden folder, a flag, a check): a misspelt op, flag or
+    id would otherwise match nothing, silently."""
     known = flags()
+    counts = {name: info["vectors"] for name, info in load_manifest(golden)["ops"].items()}
     for kind, entries in kinds.items():
         for e in entries:
-            if not any(fnmatchcase(name, e.op) for name in catalog):
-                raise ValueError(f"{kind}: {e.op}/{e.part} names no operation of the catalog "
-                                 f"(`python -m ref list --names` shows them)")
-            if not (e.part in CHECKS or e.part.isdigit() or e.part in known):
-                raise ValueError(f"{kind}: {e.op}/{e.part}: {e.part!r} is not a vector id, a flag or one of "
-                                 f"{', '.join(CHECKS[1:])}")
+            where = f"{kind}: {e.op}" + ("" if e.part == "*" else f"/{e.part}")
+            named = [name for name in catalog if fnmatchcase(name, e.op)]
+            if not named:
+                close = difflib.get_close_matches(e.op, catalog, n=1)
+                raise ValueError(f"{where} names no operation of the catalog"
+                                 + (f" (did you mean {close[0]!r}?)" if close else
+                                    " (`python -m ref list --names` shows them)"))
+            if e.part.isdigit():
+                if not any(1 <= int(e.part) <= counts.get(name, 0) for name in named):
+                    most = max(counts.get(name, 0) for name in named)
+                    raise ValueError(f"{where}: no vector {e.part} (the op{'s' * (len(named) > 1)} named "
+                                     f"{'have' if len(named) > 1 else 'has'} vectors 1 to {most})")
+            elif not (e.part in CHECKS or e.part in known):
+                close = difflib.get_close_matches(e.part, [*known, *CHECKS[1:]], n=1)
+                raise ValueError(f"{where}: {e.part!r} is not a vector id, a flag or one of "
+                                 f"{', '.join(CHECKS[1:])}" + (f" (did you mean {close[0]!r}?)" if close else ""))
 
 
 def _meta(chosen: Settings, ops, golden, isolate: bool, timeout: float) -> dict[str, Any]:
