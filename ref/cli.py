@@ -124,6 +124,8 @@ def _conform(args) -> int:
               f"installed or not)")
     counts = ", ".join(f"{n} {v}" for v, n in report.counts().items())
     print(f"\n{len(report.ops)} op{'s' * (len(report.ops) != 1)}: {counts}")
+    if not args.verbose and any(r.vectors_skipped and r.verdict == "pass" for r in report.ops):
+        print("(-v says why each op's vectors were skipped: variant values or dtypes not declared, skips)")
     if args.report:
         _write(args.report, report)
         print(f"report written to {args.report}")

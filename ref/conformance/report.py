@@ -215,8 +215,8 @@ class Report:
                 if len(r.failures) > limit:
                     out.append(f"  ... {len(r.failures) - limit} more failures" + (f" in {written}" if written else ""))
                 out += _flag_lines([f for f in r.failures[:limit] if not f.flag_text], flag_notes or {})
-            # a passing op's notes (how a statistical op was tested, say) only when asked,
-            # except what was not judged (cases declined, vectors skipped): always said
+            # a passing op's notes (how a statistical op was tested, why vectors were skipped:
+            # the table counts them) only when asked, except cases declined: always said
             for note in r.notes:
                 if verbose or r.verdict != "pass" or note.startswith("not judged: "):
                     out.append(f"NOTE {r.op}: {note}")
