@@ -172,6 +172,25 @@ def test_an_encoder_that_narrows_its_input_first_is_diagnosed(via):
     assert other.verdict == "fail" and not any("first rounded" in f.hint for f in other.failures)
 
 
+def _upcast_nan_on_long_keys(**kw):
+    """The upcasting kernel with a second bug: NaN in the first output row when there are
+    more than 4 keys."""
+    out, lse = _upcast(**kw)
+    if np.shape(kw["k"])[1] > 4 and out.size:
+        out = out.copy()
+        out.reshape(-1)[0] = np.nan
+    return out, lse
+
+
+def test_a_second_bug_s_nan_does_not_hide_the_precision_hint():
+    impl = Implementation("upcast+nan", {ATTEND: _upcast_nan_on_long_keys}, variants={ATTEND: ALL})
+    (row,) = run(impl, ops=[ATTEND], examples=3).ops
+    nan = [f for f in row.failures if f.got is not None and f.got.startswith("nan")]
+    finite = [f for f in row.failures if f.expected is not None and f not in nan]
+    assert nan and finite and not any(f.hint for f in nan)
+    assert sum("the error fits the bfloat16 bound" in f.hint for f in finite) * 2 > len(finite)
+
+
 def test_a_far_off_bounded_kernel_gets_no_precision_hint():
     def far(**kw):
         out, lse = attend_emulated("float32", **kw)

@@ -6,6 +6,7 @@ precision; the report's worst is the largest error as a fraction of its bound.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -64,15 +65,13 @@ class BoundedJudge(ArrayJudge):
         return self.op.compare(expected, actual, held[2], precision)
 
     def finish(self) -> None:
-        """A precision hint stands only when every compared failure of the op fits one
-        coarser precision's bound (the finest such one is named): one outlier case (a
-        float16 bound made loose by underflow, say) is no evidence of the kernel's
-        precision."""
-        compared = [f for f in self.report.failures if f.expected is not None]
-        common = set(FLOOR_UNITS)
-        for f in compared:
-            common &= set(f.fits)
-        chosen = next((p for p in FLOOR_UNITS if p in common), None)
+        """A precision hint stands when more than half of the op's compared failures with
+        finite outputs fit one coarser precision's bound (the finest such one is named):
+        one outlier case (a float16 bound made loose by underflow, say) is no evidence
+        of the kernel's precision, and a NaN where a number belongs, a second bug, does
+        not hide the evidence of the others."""
+        compared = [f for f in self.report.failures if f.expected is not None and _finite(f.got)]
+        chosen = next((p for p in FLOOR_UNITS if 2 * sum(p in f.fits for f in compared) > len(compared)), None)
         for f in self.report.failures:
             f.hint = self.hint_for({chosen: f.fits[chosen]}) if chosen and chosen in f.fits else ""
 
@@ -97,6 +96,14 @@ class BoundedJudge(ArrayJudge):
             return (f"the error fits the {other} bound ({fits[other]:.2g} of it): if the kernel computes in "
                     f"{other}, declare PRECISION = {{\"{self.op.name}\": \"{other}\"}}")
         return ""
+
+def _finite(text: str | None) -> bool:
+    """Whether a failure's shown output value ("1.5", "nan (a float32 evaluation ...)") is finite."""
+    try:
+        return math.isfinite(float(str(text).split()[0]))
+    except (ValueError, IndexError):
+        return False
+
 
 def run_op(op: Operation, fn: Callable, impl: Implementation, settings: Settings, report: OpReport,
            watch: Watch | None = None) -> None:
