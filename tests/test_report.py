@@ -332,3 +332,30 @@ def test_skipped_vectors_are_explained():
     assert "1 named by the skips" in note
     assert f"NOTE {ENCODE}: {note}" in report.details(verbose=True)  # the op passed: with -v
     assert note not in report.details()  # the table's vectors column counts them
+
+
+@pytest.mark.parametrize("impl_name, op, key", [
+    ("HALF_AWAY", ENCODE, "rounding=nearest_away"),
+    ("SWAPPED_NIBBLES", "formats.float4_e2m1fn.pack", "order=high_first"),
+])
+def test_a_kernel_implementing_another_variant_is_told_which(impl_name, op, key):
+    """A kernel that rounds ties away, or packs the high nibble first, fails as the
+    default variant; its failures name the variant value whose oracle gives its output."""
+    import corpus.formats_impls as impls
+
+    (row,) = [r for r in run(getattr(impls, impl_name), ops=[op], examples=5).ops]
+    compared = [f for f in row.failures if f.expected is not None]
+    assert row.verdict == "fail" and compared
+    hinted = [f for f in compared if f"the output is the oracle's under {key}" in f.hint]
+    assert 2 * len(hinted) > len(compared)
+
+
+def test_a_kernel_wrong_in_no_variant_s_way_gets_no_variant_hint():
+    def one_code_up(x, **kw):
+        if np.asarray(x).dtype.kind != "f":
+            raise TypeError("x: expected floats")
+        codes = encode(x, "float8_e4m3fn", **kw)
+        return np.where((codes & 0x7F) < 0x7E, codes + 1, codes).astype(codes.dtype)
+
+    (row,) = run(Implementation("up", {ENCODE: one_code_up}), ops=[ENCODE], examples=5).ops
+    assert row.verdict == "fail" and not any("the output is the oracle's under" in f.hint for f in row.failures)

@@ -9,6 +9,7 @@ and none left at the end is a failure ("latitude", undeclared variant axis).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ class ExactJudge(ArrayJudge):
         super().__init__(*args, **kwargs)
         self.latitude_choices: dict[str, list] = {}  # open axis -> the values every case allowed so far
         self.narrowings: list = []  # (failure, (input, dtype, precisions explaining its output) or None)
+        self.other_variants: list = []  # (failure, the "axis=value" keys under which the oracle gives its output)
 
     def judge_output(self, case: Case, actual, expected, alternatives):
         """The op's comparison; an undeclared latitude axis may match any of its values."""
@@ -82,7 +84,25 @@ class ExactJudge(ArrayJudge):
         base = super().failure(where, comment, flags, case, detail, seen=seen, **kwargs)
         if seen is not None and not seen.cmp.ok:
             self.narrowings.append((base, _narrowings(self.op, case, seen.actual)))
+            self.other_variants.append((base, _other_variants(self.op, case, seen.actual)))
         return base
+
+    def _diagnose_variant(self) -> None:
+        """A kernel that implements another variant than the one judged (ties away from
+        zero, the high nibble first, a ceil scale rule): when one value of an axis
+        explains more than half of the op's failures, each failure it explains says so."""
+        keys = Counter(k for _, found in self.other_variants for k in found)
+        if not keys:
+            return
+        key, most = keys.most_common(1)[0]
+        if 2 * most <= len(self.other_variants):
+            return
+        axis, _, value = key.partition("=")
+        for failure, found in self.other_variants:
+            if key in found and not failure.hint:
+                failure.hint = (f"the output is the oracle's under {key}: the kernel implements that variant; if "
+                                f"intended, declare VARIANTS = {{\"{self.op.name}\": {{\"{axis}\": [...]}}}} "
+                                f"with the values it implements, else fix the {axis}")
 
     def _diagnose_narrowing(self) -> None:
         """A kernel converting float32 -> float16 -> FP8 rounds twice. The precisions that
@@ -108,6 +128,7 @@ class ExactJudge(ArrayJudge):
             report.worst = max(report.worst, cmp.worst)
 
     def finish(self) -> None:
+        self._diagnose_variant()
         self._diagnose_narrowing()
         for axis, values in self.latitude_choices.items():
             if not values:
@@ -119,6 +140,24 @@ class ExactJudge(ArrayJudge):
 
 NARROWER = {"float64": ("float32", "float16", "bfloat16"), "float32": ("float16", "bfloat16"),
             "float16": ("bfloat16",)}
+
+
+def _other_variants(op: Operation, case: Case, actual) -> list[str]:
+    """The "axis=value" keys (one axis changed at a time) under which the oracle gives
+    `actual` on this case."""
+    found = []
+    for axis in op.variants:
+        for value in axis.values:
+            if _same(value, case.params.get(axis.name, axis.default)):
+                continue
+            try:
+                with np.errstate(all="ignore"):
+                    out = as_output(op.oracle(**case.inputs, **{**case.params, axis.name: value}))
+                if op.compare(out, actual).ok:
+                    found.append(axis.key(value))
+            except Exception:  # the oracle refusing that value on this input: no evidence
+                continue
+    return found
 
 
 def _narrowings(op: Operation, case: Case, actual) -> tuple[str, str, list[str]] | None:
