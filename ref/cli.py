@@ -94,7 +94,10 @@ def _conform(args) -> int:
     impl = load_implementation(impl_spec)
     patterns = args.ops.split(",") if args.ops else None
     _check_selection(impl, patterns)
-    progress = (lambda name: print(f"  {name}", file=sys.stderr)) if args.verbose else None
+    def progress(name: str) -> None:  # the ops it provides, as each starts
+        if name in impl.ops:
+            print(f"  {name}", file=sys.stderr)
+
     report = run(
         impl,
         ops=patterns,
@@ -104,7 +107,7 @@ def _conform(args) -> int:
         xfails=_entries(xfails_path, "xfails"),
         golden=args.golden,
         large=args.large,
-        progress=progress,
+        progress=progress if args.verbose else None,
         isolate=args.isolate,
         timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
         on_op=_every_few_seconds(lambda partial: _write(args.report, partial)) if args.report else None,

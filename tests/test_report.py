@@ -296,8 +296,10 @@ def test_details_point_at_a_json_report_only_when_one_was_written(half_away):
     report, row = half_away
     assert len(row.failures) > 1
     plain, written = report.details(limit=1), report.details(limit=1, written="out/r.json")
-    assert f"... {len(row.failures) - 1} more failures\n" in plain + "\n" and "JSON" not in plain
-    assert f"... {len(row.failures) - 1} more failures in out/r.json" in written
+    more = len(row.failures) - 1
+    assert f"... {more} more failure{'s' * (more != 1)} (a JSON or HTML report lists every one)" in plain
+    assert ".json" not in plain  # no file is named that was not written
+    assert f"... {more} more failure{'s' * (more != 1)} in out/r.json" in written
 
 
 def test_a_vector_failure_adds_the_flags_of_the_failing_element():

@@ -213,7 +213,9 @@ class Report:
                 out.append(f"FAIL {r.op} ({r.spec})" + (f", judged at {r.precision}" if r.precision else ""))
                 out += ["  " + f.describe(context=False) for f in r.failures[:limit]]
                 if len(r.failures) > limit:
-                    out.append(f"  ... {len(r.failures) - limit} more failures" + (f" in {written}" if written else ""))
+                    more = len(r.failures) - limit
+                    out.append(f"  ... {more} more failure{'s' * (more != 1)} "
+                               + (f"in {written}" if written else "(a JSON or HTML report lists every one)"))
                 out += _flag_lines([f for f in r.failures[:limit] if not f.flag_text], flag_notes or {})
             # a passing op's notes (how a statistical op was tested, why vectors were skipped:
             # the table counts them) only when asked, except cases declined: always said
