@@ -1,0 +1,44 @@
+"""The figures of spec/roofline.md: regenerated from the tables, they must equal the
+committed files byte for byte (`python -m ref.roofline.plots spec/img` rewrites
+them), parse as SVG, and show what they claim."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ref.roofline.hardware import HARDWARE
+from ref.roofline.plots import batch_sweep_svg, main, roofline_svg
+
+IMG = Path(__file__).resolve().parents[1] / "spec" / "img"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.mark.parametrize("name, draw", [("roofline.svg", roofline_svg), ("batch_sweep.svg", batch_sweep_svg)])
+def test_committed_figure_is_the_regenerated_one(name, draw):
+    text = draw()
+    assert text == draw()  # deterministic
+    assert (IMG / name).read_text(encoding="utf-8") == text, \
+        f"spec/img/{name} is stale: run `python -m ref.roofline.plots spec/img`"
+
+
+def test_roofline_marks_every_ridge_and_the_three_phases():
+    root = ET.fromstring(roofline_svg())
+    ridges = [c for c in root.iter(f"{SVG}circle")]
+    assert len(ridges) == len(HARDWARE)
+    assert len([r for r in root.iter(f"{SVG}rect") if r.get("width") == "8"]) == 3
+    titles = " ".join(t.text or "" for t in root.iter(f"{SVG}title"))
+    assert all(name in titles for name in HARDWARE)
+
+
+def test_batch_sweep_has_two_lines_per_series():
+    root = ET.fromstring(batch_sweep_svg())
+    assert len(list(root.iter(f"{SVG}polyline"))) == 2 * 4  # tokens/s and memory; 2 models x 2 KV formats
+
+
+def test_main_writes_both_files(tmp_path):
+    assert main([str(tmp_path / "img")]) == 0
+    assert sorted(p.name for p in (tmp_path / "img").iterdir()) == ["batch_sweep.svg", "roofline.svg"]
+    assert main([]) == 2
