@@ -19,14 +19,17 @@ of (1 - k/E)^B's difference from 1 when k/E is below the float's epsilon.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.roofline.config import Model, MoE
+from ref.arguments import integer
+from ref.roofline.config import Model
 from ref.roofline.operands import counts, same_shape
-from ref.roofline.weights import tensor_bytes, weight_bytes
+from ref.roofline.weights import KEEP, tensor_bytes, weight_table
 
-__all__ = ["expected_experts", "expert_bytes", "moe_bytes_touched"]
+__all__ = ["expected_experts", "moe_bytes_touched"]
 
 _OP = "roofline.moe.expected_experts"
 
@@ -50,36 +53,28 @@ def expected_experts(experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike) ->
     return e_f * np.abs(np.expm1(t))  # expm1(t) in [-1, 0]: abs, not negation, so B = 0 gives +0
 
 
-def expert_bytes(ffn: MoE, hidden: int, fmt: str = "bfloat16") -> int:
-    """Bytes of one routed expert's weight matrices at `fmt`: gate and up [I, hidden]
-    (reduction over hidden) and down [hidden, I] (reduction over I); no gate for a
-    non-gated expert."""
-    inter = ffn.expert_intermediate
-    up = int(tensor_bytes(np.int64(inter), np.int64(hidden), format=fmt))
-    down = int(tensor_bytes(np.int64(hidden), np.int64(inter), format=fmt))
-    return (2 if ffn.gated else 1) * up + down
-
-
-def moe_bytes_touched(model: Model, batch: int, fmt: str = "bfloat16", *, embedding: str = "rows") -> float:
-    """Expected weight bytes one forward step of `batch` tokens reads: every weight at
-    `fmt` as `weight_bytes` stores it (attention, norms, router, shared experts, LM
-    head, dense FFNs), but each MoE layer's routed experts only
-    expected_experts(E, k, batch) times one expert's bytes, and the embedding table
-    only the `batch` rows looked up (embedding="rows"; "table" counts the whole table,
-    as a whole-weights estimate does). A tied embedding is read whole by the LM head.
-    A dense model is the case with no MoE layer."""
-    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 0:
-        raise ValueError(f"moe_bytes_touched: batch: expected a non-negative int, got {batch!r}")
+def moe_bytes_touched(model: Model, batch: int, fmt: str = "bfloat16", *, keep: Iterable[str] = KEEP,
+                      embedding: str = "rows") -> float:
+    """Expected weight bytes one forward step of `batch` tokens reads, every tensor as
+    `weight_table(model, fmt, keep=keep)` stores it: attention, norms, routers, shared
+    experts, dense FFNs and the LM head whole; each MoE layer's routed experts
+    expected_experts(E, k, batch) times one expert's bytes; the embedding table only
+    the min(batch, vocab) rows looked up (embedding="rows"; "table" counts the whole
+    table, as a whole-weights estimate does). A tied embedding is the LM head, read
+    whole. A dense model is the case with no MoE layer."""
+    batch = integer(batch, "batch", minimum=0)
     if embedding not in ("rows", "table"):
-        raise ValueError(f"moe_bytes_touched: embedding: expected 'rows' or 'table', got {embedding!r}")
-    total = float(weight_bytes(model, fmt))
-    for block in model.blocks:
-        if isinstance(block.ffn, MoE):
-            one = expert_bytes(block.ffn, model.hidden, fmt)
-            touched = float(expected_experts(np.int64(block.ffn.experts), np.int64(block.ffn.top_k),
-                                             np.int64(batch)))
-            total -= block.count * (block.ffn.experts - touched) * one
-    if embedding == "rows" and not model.tied_embeddings:
-        row = int(tensor_bytes(np.int64(1), np.int64(model.hidden), format="bfloat16"))
-        total -= (model.vocab - min(int(batch), model.vocab)) * row
+        raise ValueError(f"embedding: expected 'rows' or 'table', got {embedding!r}")
+    total = 0.0
+    for tensor, name, one in weight_table(model, fmt, keep=keep):
+        if tensor.component == "experts":
+            ffn = model.blocks[int(tensor.name.split(".")[1])].ffn  # "blocks.<i>.<matrix>"
+            layers = tensor.count // ffn.experts
+            touched = float(expected_experts(np.int64(ffn.experts), np.int64(ffn.top_k), np.int64(batch)))
+            total += layers * touched * one
+        elif tensor.component == "embedding" and embedding == "rows" and not model.tied_embeddings:
+            rows = min(batch, tensor.rows)
+            total += tensor.count * int(tensor_bytes(np.int64(rows), np.int64(tensor.cols), format=name))
+        else:
+            total += tensor.count * one
     return total

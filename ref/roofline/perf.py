@@ -77,7 +77,8 @@ def phase_time(flops: ArrayLike, bytes: ArrayLike, peak_flops: ArrayLike, bandwi
 
 def _peak(hw, fmt: str) -> float:
     if fmt not in hw.flops:
-        raise ValueError(f"fmt: {hw.name} has no dense FLOP/s figure for {fmt!r}; it has {sorted(hw.flops)}")
+        raise ValueError(f"fmt: {hw.name} has no dense FLOP/s figure for {fmt!r}; it has {sorted(hw.flops)} "
+                         "(fmt=None: the memory time alone)")
     return float(hw.flops[fmt])
 
 
@@ -108,17 +109,24 @@ class PhaseEstimate:
         return self.flops / self.bytes if self.bytes else float("inf")
 
 
-def estimate(flops: float, nbytes: float, hw, fmt: str, tokens: int) -> PhaseEstimate:
+def estimate(flops: float, nbytes: float, hw, fmt: str | None, tokens: int) -> PhaseEstimate:
     """The roofline estimate of a phase of `flops` FLOPs moving `nbytes` bytes on `hw`
-    at compute format `fmt` that handles `tokens` tokens."""
-    peak, bandwidth = _peak(hw, fmt), float(hw.bandwidth)
+    at compute format `fmt` (a key of hw.flops) that handles `tokens` tokens.
+    fmt=None, for hardware without a published dense FLOP/s figure: the memory time
+    alone (compute_time NaN, bound "memory"), a lower bound on the time."""
+    bandwidth = float(hw.bandwidth)
+    if fmt is None:
+        t = float(nbytes) / bandwidth
+        return PhaseEstimate(float(flops), float(nbytes), t, "memory", tokens / t if t > 0 else float("inf"),
+                             float("nan"), t)
+    peak = _peak(hw, fmt)
     t = float(phase_time(np.float64(flops), np.float64(nbytes), np.float64(peak), np.float64(bandwidth)))
     compute, memory = flops / peak, nbytes / bandwidth
     return PhaseEstimate(float(flops), float(nbytes), t, "compute" if compute >= memory else "memory",
                          tokens / t if t > 0 else float("inf"), compute, memory)
 
 
-def prefill(model: Model, hw, tokens: int, *, fmt: str = "bfloat16", weight_format: str = "bfloat16",
+def prefill(model: Model, hw, tokens: int, *, fmt: str | None = "bfloat16", weight_format: str = "bfloat16",
             kv_bits: int = 16, state_bits: int = 32, causal: str = "exact", lm_head: str = "last") -> PhaseEstimate:
     """A prompt of `tokens` tokens in one forward (no cache before it) on `hw` at compute
     format `fmt`: FLOPs from forward_flops(tokens, context 0, causal, lm_head); bytes the
@@ -131,7 +139,7 @@ def prefill(model: Model, hw, tokens: int, *, fmt: str = "bfloat16", weight_form
     return estimate(flops, nbytes, hw, fmt, tokens)
 
 
-def decode_step(model: Model, hw, context: int, batch: int = 1, *, fmt: str = "bfloat16",
+def decode_step(model: Model, hw, context: int, batch: int = 1, *, fmt: str | None = "bfloat16",
                 weight_format: str = "bfloat16", kv_bits: int = 16, state_bits: int = 32,
                 embedding: str = "rows") -> PhaseEstimate:
     """One decode step of `batch` sequences, each with `context` tokens cached: FLOPs

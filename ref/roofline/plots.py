@@ -2,13 +2,15 @@
 (deterministic: the same tables give the same bytes).
 
   roofline_svg()      attainable FLOP/s against arithmetic intensity (FLOP per byte),
-                      log-log, one roofline per hardware of the table at its bfloat16
-                      rate (its first listed format where it has none), ridge points
-                      marked; Qwen3-8B's 40k-token prefill and a decode step at 40k
-                      (batch 1 and 64) placed on the B200's line
+                      log-log, one roofline per hardware of the table at the first of
+                      PREFERENCE (FP8 first, the tutorial's rate) it has a dense figure
+                      for, ridge points marked, hardware without one named; Qwen3-8B's
+                      40k-token prefill and a decode step at 40k (batch 1 and 64) placed
+                      on the B200's line
   batch_sweep_svg()   tokens per second and memory against decode batch on a B200 at
                       8k context: Qwen3-8B (dense) and Qwen3-30B-A3B (MoE), each with
-                      a bfloat16 KV cache and a 4-bit one
+                      a bfloat16 KV cache and 4-bit KV codes (no scales), weights in
+                      bfloat16; past the capacity line the batch does not fit
 
     python -m ref.roofline.plots spec/img     writes roofline.svg and batch_sweep.svg
 """
@@ -98,9 +100,13 @@ def _legend(entries: Sequence[tuple[str, str, str]], x0: float, y0: float) -> li
     return out
 
 
-def _rate(hw) -> tuple[str, float]:
-    fmt = "bfloat16" if "bfloat16" in hw.flops else next(iter(hw.flops))
-    return fmt, float(hw.flops[fmt])
+PREFERENCE = ("float8", "bfloat16", "int8", "float4")  # the rate each roofline is drawn at
+
+
+def _rate(hw) -> tuple[str, float] | None:
+    """(format, dense FLOP/s) at the first format of PREFERENCE the table gives, or None."""
+    fmt = next((f for f in PREFERENCE if f in hw.flops), None)
+    return None if fmt is None else (fmt, float(hw.flops[fmt]))
 
 
 def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 40_000) -> str:
@@ -111,9 +117,12 @@ def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 4
     y = _Log(1e11, 1e17, _H - _BOTTOM, _TOP)
     out = _frame(x, y, "Roofline: attainable FLOP/s against arithmetic intensity",
                  "arithmetic intensity (FLOP per byte)", "attainable FLOP/s (dense)", _W, _H)
-    entries = []
+    entries, unrated = [], []
     for i, (name, hw) in enumerate(sorted(hardware.items())):
         colour = COLOURS[i % len(COLOURS)]
+        if _rate(hw) is None:
+            unrated.append(name)
+            continue
         fmt, peak = _rate(hw)
         knee = ridge(hw, fmt)
         lo, hi = 10.0**x.lo, 10.0**x.hi
@@ -139,6 +148,9 @@ def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 4
                    f'text-anchor="{anchor}">{escape(model.name)} {label} '
                    f'({est.intensity:.0f} FLOP/B)</text>')
     out += _legend(entries, _W - _RIGHT + 10, _TOP + 10)
+    if unrated:
+        out.append(f'<text x="{_num(_W - _RIGHT + 10)}" y="{_num(_TOP + 20 + 16 * len(entries))}">'
+                   f'no dense FLOP/s figure: {escape(", ".join(unrated))}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
