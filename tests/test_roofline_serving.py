@@ -249,6 +249,8 @@ WRONG = [
                                ).reshape(np.shape(alpha))),
     ("roofline.specdec.speedup", "BonusToken",
      lambda alpha, k, cost: (expected_tokens(alpha, k) - alpha ** k) / (k * cost + 1)),  # k terms
+    ("roofline.specdec.speedup", "TargetStep",
+     lambda alpha, k, cost: expected_tokens(alpha, k) / (k * cost)),
     ("roofline.phase_time", "Overlap",
      lambda flops, bytes, peak_flops, bandwidth, overlap="max": flops / peak_flops + bytes / bandwidth),
     ("roofline.phase_time", "MemoryBound",

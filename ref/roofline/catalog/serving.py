@@ -38,6 +38,8 @@ FLAGS = {
                     "the difference from 1 cancels: few or no correct digits near a = 1 or for k/E tiny"),
     "BonusToken": Flag("expected tokens summed over k terms, leaving out the target's own token",
                        "one token short per step: a = 0.8, k = 4 gives 2.95 instead of 3.36"),
+    "TargetStep": Flag("speedup's denominator without the target's own step: k * cost, not k * cost + 1",
+                       "a cheap draft looks like an unbounded speedup (infinite at cost 0)"),
     "MemoryBound": Flag("a memory-bound phase timed by its FLOPs (or the bandwidth misread)",
                         "decode looks orders of magnitude faster than the hardware allows"),
     "ComputeBound": Flag("a compute-bound phase timed by its bytes (or the peak misread)",
@@ -154,7 +156,7 @@ def _specdec_vectors(with_cost: bool):
         add("empty inputs give an empty output", ["EmptyInput"], np.zeros(0), np.zeros(0, np.int64))
         if with_cost:
             add("the tutorial's a = 0.8, k = 4 with drafts at 1/20, 1/10 and 1 of the target's cost",
-                ["BonusToken"], [0.8] * 3, [4] * 3, cost=_f(0.05, 0.1, 1.0))
+                ["BonusToken", "TargetStep"], [0.8] * 3, [4] * 3, cost=_f(0.05, 0.1, 1.0))
             add("a free draft (cost 0) and alpha = 1: speedup k + 1", ["AlphaOne"], [1.0, 1.0], [3, 8],
                 cost=_f(0.0, 0.0))
             add("negative cost is rejected", ["InvalidInput"], [0.5], [2], cost=_f(-0.125), result="invalid")
