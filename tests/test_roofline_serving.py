@@ -390,3 +390,57 @@ def test_stacked_kv_qwen3_8b_at_1m_tokens():
     compressed, original = nsa_read_tokens(1_000_000)
     assert (compressed, original) == ((1_000_000 - 32) // 16 + 1, 16 * 64 + 512)
     assert rows[5].read == (compressed + original) * 36 * 640 * 4 // 8
+
+
+# ---------------------------------------------------------------- correct kernels at low precision, controls
+
+def _f32(*arrays):
+    return [np.asarray(a).astype(np.float32) for a in arrays]
+
+
+def _experts_f32(experts, top_k, tokens):
+    e, k, b = _f32(experts, top_k, tokens)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.abs(e * np.expm1(np.where(b > 0, b * np.log1p(-k / e), np.float32(0))))
+
+
+def _tokens_f32(alpha, k):
+    a, n = _f32(alpha, np.asarray(k) + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(a == 1, n, -np.expm1(n * np.log(a)) / (np.float32(1) - a)).astype(np.float32)
+
+
+CORRECT = [
+    ("roofline.moe.expected_experts", _experts_f32, "float32"),
+    ("roofline.specdec.expected_tokens", _tokens_f32, "float32"),
+    ("roofline.specdec.speedup",
+     lambda alpha, k, cost: (_tokens_f32(alpha, k) / (np.float32(1) + _f32(k)[0] * _f32(cost)[0])).astype(np.float32),
+     "float32"),
+    ("roofline.phase_time",
+     lambda flops, bytes, peak_flops, bandwidth, overlap="max": (lambda f, b, p, w: np.maximum(f / p, b / w)
+                                                                if overlap == "max" else f / p + b / w)(
+         *_f32(flops, bytes, peak_flops, bandwidth)), "float32"),
+]
+
+
+def _judged(op, kernel, precision, spec):
+    expected = op.oracle(**spec.case.inputs, **spec.case.params)
+    with np.errstate(all="ignore"):
+        actual = np.asarray(kernel(**spec.case.inputs, **spec.case.params))
+    emulated = op.emulate(precision, **spec.case.inputs, **spec.case.params)
+    return op.compare(expected, actual, emulated, precision)
+
+
+@pytest.mark.parametrize("op_name, kernel, precision", CORRECT, ids=[c[0] for c in CORRECT])
+def test_a_correct_float32_kernel_passes_every_vector(op_name, kernel, precision):
+    op = _op(op_name)
+    for spec in op.vectors():
+        if spec.result == "valid":
+            assert _judged(op, kernel, precision, spec).ok, spec.comment
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("op", catalog.OPERATIONS, ids=lambda op: op.name)
+def test_an_all_zero_output_fails_at_every_precision(op, precision):
+    zero = lambda **kw: np.zeros(np.shape(next(iter(kw.values()))))  # noqa: E731
+    assert any(not _judged(op, zero, precision, spec).ok for spec in op.vectors() if spec.result == "valid")
