@@ -444,3 +444,29 @@ def test_a_correct_float32_kernel_passes_every_vector(op_name, kernel, precision
 def test_an_all_zero_output_fails_at_every_precision(op, precision):
     zero = lambda **kw: np.zeros(np.shape(next(iter(kw.values()))))  # noqa: E731
     assert any(not _judged(op, zero, precision, spec).ok for spec in op.vectors() if spec.result == "valid")
+
+
+# ---------------------------------------------------------------- measured runs stay under the roofline
+
+# Llama-3.1-8B's config.json: 32 layers, hidden 4096, 32 q heads, 8 KV heads, head_dim 128,
+# intermediate 14336, vocab 128256, untied (https://huggingface.co/meta-llama/Llama-3.1-8B).
+LLAMA_8B = Model("Llama-3.1-8B", 4096, 128256, (Block(32, Attention(32, 8, 128), MLP(14336)),))
+
+
+def test_published_dgx_spark_runs_are_below_the_roofline():
+    """The table's measured DGX Spark runs (SGLang, FP8 weights) against the roofline's
+    bounds: decode at batch 1 from bandwidth alone, prefill at the Spark's only dense
+    figure (FP4, faster than FP8: still a bound). 20.5 tok/s is about 60% of the bound."""
+    from ref.roofline.hardware import HARDWARE, MEASURED
+    from ref.roofline.models import MODELS
+
+    spark = HARDWARE["DGX Spark"]
+    for run in MEASURED.values():
+        model = {"Llama 3.1 8B": LLAMA_8B, "Llama 3.1 70B": MODELS["Llama-3.1-70B"]}[run.model]
+        decode = decode_step(model, spark, 0, run.batch, fmt=None, weight_format="float8_tensor")
+        assert run.decode_tokens_per_s <= decode.tokens_per_s
+        assert run.prefill_tokens_per_s <= prefill(model, spark, 2048, fmt="float4",
+                                                   weight_format="float8_tensor").tokens_per_s
+    one = next(r for r in MEASURED.values() if r.model == "Llama 3.1 8B" and r.batch == 1)
+    bound = decode_step(LLAMA_8B, spark, 0, 1, fmt=None, weight_format="float8_tensor").tokens_per_s
+    assert 0.5 < one.decode_tokens_per_s / bound < 0.7
