@@ -304,6 +304,8 @@ def test_qwen3_8b_prefill_at_40k_on_a_b200():
     assert est.flops / 1e15 == pytest.approx(1.03, abs=0.005)
     assert est.time == pytest.approx(0.23, abs=0.005)
     assert est.tokens_per_s == pytest.approx(40_000 / est.time)
+    empty = prefill(QWEN3_8B, B200, 0)
+    assert (empty.flops, empty.bytes, empty.time) == (0.0, 0.0, 0.0)
 
 
 def test_ridge_points():

@@ -131,11 +131,12 @@ def prefill(model: Model, hw, tokens: int, *, fmt: str | None = "bfloat16", weig
     """A prompt of `tokens` tokens in one forward (no cache before it) on `hw` at compute
     format `fmt`: FLOPs from forward_flops(tokens, context 0, causal, lm_head); bytes the
     weights touched once (each MoE layer's expected experts for `tokens` tokens) plus
-    the KV cache and recurrent state written. tokens_per_s: prompt tokens per second."""
+    the KV cache and recurrent state written. tokens_per_s: prompt tokens per second.
+    No tokens: no forward, zero FLOPs, bytes and time."""
     tokens = integer(tokens, "tokens", minimum=0)
     flops = forward_flops(model, tokens, 0, causal, lm_head)
-    nbytes = (moe_bytes_touched(model, tokens, weight_format) + kv_bytes(model, tokens, kv_bits)
-              + state_bytes(model, state_bits) * (tokens > 0))
+    nbytes = 0 if tokens == 0 else (moe_bytes_touched(model, tokens, weight_format) + kv_bytes(model, tokens, kv_bits)
+                                    + state_bytes(model, state_bits))  # no prompt: no forward
     return estimate(flops, nbytes, hw, fmt, tokens)
 
 
