@@ -38,6 +38,8 @@ def test_roofline_marks_every_ridge_and_the_three_phases():
 def test_batch_sweep_has_two_lines_per_series():
     root = ET.fromstring(batch_sweep_svg())
     assert len(list(root.iter(f"{SVG}polyline"))) == 2 * 4  # tokens/s and memory; 2 models x 2 KV formats
+    ends = [t.text for c in root.iter(f"{SVG}circle") for t in c.iter(f"{SVG}title")]
+    assert len(ends) == 4 and all("sequences fit" in e for e in ends)  # each line ends where the batch stops fitting
 
 
 def test_main_writes_both_files(tmp_path):

@@ -10,7 +10,8 @@
   batch_sweep_svg()   tokens per second and memory against decode batch on a B200 at
                       8k context: Qwen3-8B (dense) and Qwen3-30B-A3B (MoE), each with
                       a bfloat16 KV cache and 4-bit KV codes (no scales), weights in
-                      bfloat16; past the capacity line the batch does not fit
+                      bfloat16; a tokens/s line ends (marked) at the largest batch
+                      that fits beside the weights (perf.max_batch)
 
     python -m ref.roofline.plots spec/img     writes roofline.svg and batch_sweep.svg
 """
@@ -25,8 +26,8 @@ from pathlib import Path
 
 from ref.roofline.hardware import HARDWARE
 from ref.roofline.models import MODELS
-from ref.roofline.perf import decode_step, prefill, ridge
 from ref.roofline.kv import kv_bytes
+from ref.roofline.perf import decode_step, max_batch, prefill, ridge
 from ref.roofline.weights import weight_bytes
 
 __all__ = ["batch_sweep_svg", "main", "roofline_svg"]
@@ -156,9 +157,10 @@ def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 4
 
 
 def batch_sweep_svg(models=None, host: str = "B200", context: int = 8192,
-                    batches: Sequence[int] = tuple(2**i for i in range(10))) -> str:
-    """The batch-sweep figure (see the module docstring): two panels, tokens/s (left)
-    and memory in GB with the hardware's capacity dashed (right)."""
+                    batches: Sequence[int] = tuple(2**i for i in range(12))) -> str:
+    """The batch-sweep figure (see the module docstring): two panels, tokens/s (left),
+    each line ending at the largest batch that fits (marked), and memory in GB with
+    the hardware's capacity dashed (right)."""
     models = [MODELS["Qwen3-8B"], MODELS["Qwen3-30B-A3B"]] if models is None else models
     hw = HARDWARE[host]
     fmt, _ = _rate(hw)
@@ -178,8 +180,13 @@ def batch_sweep_svg(models=None, host: str = "B200", context: int = 8192,
     for i, model in enumerate(models):
         for kv_bits, dash in ((16, ""), (4, "6 3")):
             colour = COLOURS[i % len(COLOURS)]
+            most = max_batch(model, hw, context, kv_bits=kv_bits)  # the line ends where the batch stops fitting
+            fit = sorted({b for b in batches if b <= most} | ({most} if batches[0] <= most <= batches[-1] else set()))
             speed = [(bx(b), ty(decode_step(model, hw, context, b, fmt=fmt, kv_bits=kv_bits).tokens_per_s))
-                     for b in batches]
+                     for b in fit]
+            if fit and fit[-1] == most:
+                out.append(f'<circle cx="{_num(speed[-1][0])}" cy="{_num(speed[-1][1])}" r="3.5" fill="{colour}">'
+                           f'<title>{escape(model.name)}: {most} sequences fit</title></circle>')
             memory = [(mx(b), my((weight_bytes(model) + b * kv_bytes(model, context, kv_bits)) / 1e9)) for b in batches]
             out.append(_polyline(speed, colour, dash))
             out.append(_polyline(memory, colour, dash))
