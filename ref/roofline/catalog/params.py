@@ -103,13 +103,15 @@ def _vectors() -> list[VectorSpec]:
         _case([_row(3, 32, 4, 2, 8, 48, 50, tied=t, qk_norm=q, bias=b)
                for t, q, b in ((False, False, False), (True, False, False), (False, True, False),
                                (False, False, True))]))
-    add("MoE: all experts active (top_k = experts) and one of many; a shared expert without and with its gate",
+    add("MoE (Qwen3-MoE's layout): all experts active (top_k = experts), and one of many", ["ActiveExperts"],
+        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=k, expert_intermediate=16, qk_norm=True)
+               for k in (8, 1)]))
+    add("MoE (Qwen2-MoE's layout): a gated shared expert, and a gate on a shared expert of width 0",
         ["ActiveExperts", "SharedExpert"],
-        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=8, expert_intermediate=16),
-               _row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=1, expert_intermediate=16),
-               _row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=24),
-               _row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=24,
-                    shared_gate=True)]))
+        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=w,
+                    shared_gate=True) for w in (24, 0)]))
+    add("MoE: a shared expert without a gate (DeepSeek's layout)", ["SharedExpert"],
+        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=24)]))
     add("zero layers: embedding, final norm and LM head only", ["TiedEmbeddings"],
         _case([_row(0, 64, 8, 2, 8, 96, 100), _row(0, 64, 8, 2, 8, 96, 100, tied=True)]))
     add("counts past 2^53 (a million layers of a wide model): exact, not rounded to float64", ["Int64"],
@@ -148,7 +150,7 @@ def _random_row(rng) -> tuple:
     heads = kv * int(rng.integers(1, 5))
     experts = int(rng.choice([0, 0, 4, 16]))
     moe = experts > 0
-    return _row(int(rng.integers(0, 9)), int(rng.integers(1, 300)), heads, kv, int(rng.integers(1, 65)),
+    return _row(int(rng.integers(0, 9)), int(rng.integers(1, 300)), heads, kv, 2 * int(rng.integers(1, 33)),
                 0 if moe else int(rng.integers(0, 500)), int(rng.integers(1, 1000)), experts=experts,
                 top_k=int(rng.integers(1, experts + 1)) if moe else 0,
                 expert_intermediate=int(rng.integers(1, 100)) if moe else 0,
@@ -163,7 +165,7 @@ def _rows(draw) -> tuple:
     experts = draw(st.sampled_from([0, 0, 2, 8, 64]))
     moe = experts > 0
     big = st.integers(0, 1 << 16)
-    return _row(draw(st.integers(0, 128)), draw(st.integers(1, 1 << 14)), heads, kv, draw(st.integers(1, 256)),
+    return _row(draw(st.integers(0, 128)), draw(st.integers(1, 1 << 14)), heads, kv, 2 * draw(st.integers(1, 128)),  # RoPE's even head_dim
                 0 if moe else draw(big), draw(st.integers(1, 1 << 18)), experts=experts,
                 top_k=draw(st.integers(1, experts)) if moe else 0,
                 expert_intermediate=draw(big) if moe else 0, shared_intermediate=draw(big) if moe else 0,
