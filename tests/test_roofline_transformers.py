@@ -89,9 +89,121 @@ SMALL = {
 }
 
 
+KIND = {"llama_bias_tied": "llama", "qwen3_bias": "qwen3", "deepseek_v3_no_q_lora": "deepseek_v3"}
+
+
 @pytest.mark.parametrize("case", sorted(SMALL))
 def test_small_configs_match_transformers(case):
     check(KIND.get(case, case), **SMALL[case])
 
 
-KIND = {"llama_bias_tied": "llama", "qwen3_bias": "qwen3", "deepseek_v3_no_q_lora": "deepseek_v3"}
+@st.composite
+def small_configs(draw):
+    """(family, fields): a small config of any family, sizes and switches drawn."""
+    kind = draw(st.sampled_from(sorted(CLASSES)))
+    kv = draw(st.integers(1, 3))
+    heads = kv * draw(st.integers(1, 3))
+    hidden = heads * draw(st.integers(1, 4)) * 4  # LlamaConfig wants hidden % heads == 0
+    fields = dict(hidden_size=hidden, intermediate_size=draw(st.integers(1, 40)), num_attention_heads=heads,
+                  num_key_value_heads=kv, vocab_size=draw(st.integers(8, 60)),
+                  tie_word_embeddings=draw(st.booleans()))
+    layers = draw(st.integers(1, 5))
+    if kind != "nemotron_h":
+        fields["num_hidden_layers"] = layers
+    if kind not in ("deepseek_v3",):
+        fields["head_dim"] = 2 * draw(st.integers(1, 8))
+    if kind in ("llama", "qwen3", "qwen3_moe", "qwen3_next"):
+        fields["attention_bias"] = draw(st.booleans())
+    experts = draw(st.integers(2, 6))
+    moe = dict(num_experts=experts, num_experts_per_tok=draw(st.integers(1, experts)),
+               moe_intermediate_size=draw(st.integers(1, 24)))
+    if kind in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
+        fields.update(moe, decoder_sparse_step=draw(st.integers(1, 2)),
+                      mlp_only_layers=draw(st.lists(st.integers(0, layers - 1), max_size=2, unique=True)))
+    if kind in ("qwen2_moe", "qwen3_next"):
+        fields["shared_expert_intermediate_size"] = draw(st.integers(0, 24))
+    if kind == "qwen2_moe":
+        fields["qkv_bias"] = draw(st.booleans())
+    if kind == "deepseek_v3":
+        fields.update(n_routed_experts=experts, num_experts_per_tok=moe["num_experts_per_tok"],
+                      moe_intermediate_size=moe["moe_intermediate_size"], n_shared_experts=draw(st.integers(0, 2)),
+                      first_k_dense_replace=draw(st.integers(0, layers)), n_group=1, topk_group=1,
+                      q_lora_rank=draw(st.sampled_from([None, 8, 16])), kv_lora_rank=draw(st.integers(1, 16)),
+                      qk_nope_head_dim=2 * draw(st.integers(1, 8)), qk_rope_head_dim=2 * draw(st.integers(1, 4)),
+                      v_head_dim=draw(st.integers(1, 16)), num_key_value_heads=heads)
+    if kind == "qwen3_next":
+        fields.update(linear_num_key_heads=draw(st.integers(1, 3)), linear_num_value_heads=0,
+                      linear_key_head_dim=2 * draw(st.integers(1, 8)), linear_value_head_dim=draw(st.integers(1, 8)),
+                      linear_conv_kernel_dim=draw(st.integers(1, 4)),
+                      layer_types=draw(st.lists(st.sampled_from(["full_attention", "linear_attention"]),
+                                                min_size=layers, max_size=layers)))
+        fields["linear_num_value_heads"] = fields["linear_num_key_heads"] * draw(st.integers(1, 2))
+    if kind == "nemotron_h":
+        fields.update(hybrid_override_pattern=draw(st.text("M*-", min_size=1, max_size=6)),
+                      mamba_num_heads=draw(st.integers(1, 4)) * 2, mamba_head_dim=draw(st.integers(1, 8)),
+                      ssm_state_size=draw(st.integers(1, 8)), n_groups=2, conv_kernel=draw(st.integers(1, 4)),
+                      use_conv_bias=draw(st.booleans()))
+    return kind, fields
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_configs())
+def test_drawn_configs_match_transformers(drawn):
+    kind, fields = drawn
+    check(kind, **fields)
+
+
+# The table's models at full size (config.json values as published on huggingface.co; the
+# models are built on the meta device, so size costs nothing). Expected: transformers'
+# own count, and the model card's figure to its stated digits.
+FULL = {
+    "Qwen3-8B": ("qwen3", dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                               tie_word_embeddings=False), "8.2B", None),
+    "Qwen3-30B-A3B": ("qwen3_moe", dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                                        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                                        head_dim=128, num_experts=128, num_experts_per_tok=8, vocab_size=151936,
+                                        tie_word_embeddings=False), "30.5B", "3.3B"),
+    "Llama-3.1-70B": ("llama", dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                                    num_attention_heads=64, num_key_value_heads=8, vocab_size=128256), "70B", None),
+    "DeepSeek-V3": ("deepseek_v3", dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                                        num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                                        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=8,
+                                        first_k_dense_replace=3, q_lora_rank=1536, kv_lora_rank=512,
+                                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_group=8,
+                                        topk_group=4, vocab_size=129280), "671B", "37B"),
+    "Qwen3-Next-80B-A3B": ("qwen3_next", dict(hidden_size=2048, intermediate_size=5120, num_hidden_layers=48,
+                                              full_attention_interval=4, num_attention_heads=16,
+                                              num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                                              linear_num_value_heads=32, linear_key_head_dim=128,
+                                              linear_value_head_dim=128, linear_conv_kernel_dim=4, num_experts=512,
+                                              num_experts_per_tok=10, moe_intermediate_size=512,
+                                              shared_expert_intermediate_size=512, vocab_size=151936), "80B", None),
+    "Nemotron-H-8B": ("nemotron_h", dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                                         head_dim=128, intermediate_size=21504, mamba_num_heads=128,
+                                         mamba_head_dim=64, ssm_state_size=128, n_groups=8, conv_kernel=4,
+                                         vocab_size=131072, hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*"
+                                         "-M-M-M-M-M*-M-M-M-M-M-"), "8B", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FULL))
+def test_table_models_match_transformers_and_their_cards(name):
+    kind, fields, total, active = FULL[name]
+    check(kind, **fields)
+    ours = param_counts(from_hf_config(build(kind, **fields)[0].to_dict(), name))
+    # Model cards (huggingface.co): Qwen3-8B "8.2B"; Qwen3-30B-A3B "30.5B in total and 3.3B
+    # activated"; Llama-3.1-70B "70B"; DeepSeek-V3 "671B total parameters with 37B activated";
+    # Qwen3-Next-80B-A3B "80B in total"; Nemotron-H-8B-Base-8K "8B" (its name).
+    assert agrees(ours.total, total), (ours.total, total)
+    if active:
+        assert agrees(ours.active, active), (ours.active, active)
+
+
+def agrees(count: int, stated: str) -> bool:
+    """`count` is the card's "8.2B" to its digits: rounded, or truncated (cards do both:
+    3,353,032,704 is "3.3B", 37.55e9 is "37B")."""
+    digits = len(stated[:-1].partition(".")[2])
+    unit = 10 ** (9 - digits)
+    value = round(float(stated[:-1]) * 10 ** digits) * unit
+    return 2 * abs(count - value) <= unit or value <= count < value + unit
