@@ -10,6 +10,9 @@ transformers' default for that family; a feature the accounting does not model (
 MLP bias, Mamba projection biases, Nemotron-H's MoE layers) is a ValueError rather than
 a silently wrong count.
 
+Tied embeddings follow transformers: nemotron_h's causal LM declares no tied weights,
+so its LM head is counted even when a config says tie_word_embeddings.
+
 Not built, as transformers does not build them: DeepSeek-V3's multi-token-prediction
 layers (num_nextn_predict_layers, 1 for V3: 14B of the checkpoint's 685B), and
 Nemotron-H's MTP layers.
@@ -207,7 +210,11 @@ def from_hf_config(config: Mapping[str, Any], name: str, source: Source | None =
     layers = FAMILIES[kind](config)
     notes = {"deepseek_v3": f"{_get(config, 'num_nextn_predict_layers', 0)} multi-token-prediction layer(s) "
                             "not counted (transformers does not build them)"}.get(kind, "")
+    tied = bool(_get(config, "tie_word_embeddings", TIED_DEFAULT[kind]))
+    if kind == "nemotron_h" and tied:  # transformers' NemotronHForCausalLM ties nothing (_tied_weights_keys {})
+        tied = False
+        notes = "tie_word_embeddings ignored, as transformers builds a separate LM head for nemotron_h"
     return Model(name=name, hidden=_get(config, "hidden_size", required=True),
                  vocab=_get(config, "vocab_size", required=True), blocks=_blocks(layers),
-                 tied_embeddings=bool(_get(config, "tie_word_embeddings", TIED_DEFAULT[kind])), source=source,
+                 tied_embeddings=tied, source=source,
                  notes=notes, extra={"model_type": kind})
