@@ -21,7 +21,7 @@ from ref.testing.catalog_types import Area, Flag, seed_for
 from ref.testing.compare import compare_exact, compare_parts
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["FLAGS", "OPERATIONS"]
+__all__ = ["FLAGS", "OPERATIONS", "decoder_case", "decoder_row", "decoder_rows"]
 
 AREA = Area("roofline", spec="spec/roofline.md")
 
@@ -47,7 +47,7 @@ NAMES = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "e
 BOOLS = ("tied", "qk_norm", "bias", "shared_gate")
 
 
-def _case(rows: list[tuple], shape: tuple[int, ...] | None = None) -> Case:
+def decoder_case(rows: list[tuple], shape: tuple[int, ...] | None = None) -> Case:
     """A case from (11 counts, 4 bools) rows; shape () for one row as 0-d arrays."""
     width = len(NAMES) + len(BOOLS)
     table = list(zip(*rows)) if rows else [()] * width
@@ -59,7 +59,7 @@ def _case(rows: list[tuple], shape: tuple[int, ...] | None = None) -> Case:
     return Case(inputs)
 
 
-def _row(layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, *, experts=0, top_k=0,
+def decoder_row(layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, *, experts=0, top_k=0,
          expert_intermediate=0, shared_intermediate=0, tied=False, qk_norm=False, bias=False,
          shared_gate=False) -> tuple:
     return (layers, hidden, heads, kv_heads, head_dim, intermediate, experts, top_k, expert_intermediate,
@@ -67,14 +67,14 @@ def _row(layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, *, expe
 
 
 # Published configurations (config.json on huggingface.co; the model card's count in the comment).
-QWEN3_8B = _row(36, 4096, 32, 8, 128, 12288, 151936, qk_norm=True)  # "8.2B"
-QWEN3_30B_A3B = _row(48, 2048, 32, 4, 128, 0, 151936, experts=128, top_k=8, expert_intermediate=768,
+QWEN3_8B = decoder_row(36, 4096, 32, 8, 128, 12288, 151936, qk_norm=True)  # "8.2B"
+QWEN3_30B_A3B = decoder_row(48, 2048, 32, 4, 128, 0, 151936, experts=128, top_k=8, expert_intermediate=768,
                      qk_norm=True)  # "30.5B total, 3.3B activated"
-LLAMA31_70B = _row(80, 8192, 64, 8, 128, 28672, 128256)  # "70B"
-LLAMA31_8B = _row(32, 4096, 32, 8, 128, 14336, 128256)  # "8B"
-QWEN25_7B = _row(28, 3584, 28, 4, 128, 18944, 152064, bias=True)  # "7.61B"
-QWEN3_06B = _row(28, 1024, 16, 8, 128, 3072, 151936, tied=True, qk_norm=True)  # "0.6B"
-QWEN15_MOE_A27B = _row(24, 2048, 16, 16, 128, 0, 151936, experts=60, top_k=4, expert_intermediate=1408,
+LLAMA31_70B = decoder_row(80, 8192, 64, 8, 128, 28672, 128256)  # "70B"
+LLAMA31_8B = decoder_row(32, 4096, 32, 8, 128, 14336, 128256)  # "8B"
+QWEN25_7B = decoder_row(28, 3584, 28, 4, 128, 18944, 152064, bias=True)  # "7.61B"
+QWEN3_06B = decoder_row(28, 1024, 16, 8, 128, 3072, 151936, tied=True, qk_norm=True)  # "0.6B"
+QWEN15_MOE_A27B = decoder_row(24, 2048, 16, 16, 128, 0, 151936, experts=60, top_k=4, expert_intermediate=1408,
                        shared_intermediate=5632, bias=True, shared_gate=True)  # "14.3B, 2.7B activated"
 
 
@@ -86,40 +86,40 @@ def _vectors() -> list[VectorSpec]:
         v.append(VectorSpec(comment, tuple(flags), case, result))
 
     add("Qwen3-8B (model card: 8.2B; 8,190,735,360 with embedding and LM head), as 0-d inputs",
-        ["GQA", "QkNorm", "Int64"], _case([QWEN3_8B], ()))
+        ["GQA", "QkNorm", "Int64"], decoder_case([QWEN3_8B], ()))
     add("Qwen3-30B-A3B (model card: 30.5B total, 3.3B activated: embedding and LM head in both)",
-        ["ActiveExperts", "GQA", "QkNorm", "Int64"], _case([QWEN3_30B_A3B]))
+        ["ActiveExperts", "GQA", "QkNorm", "Int64"], decoder_case([QWEN3_30B_A3B]))
     add("Llama-3.1-70B and Llama-3.1-8B (model cards: 70B, 8B): untied, no biases, no q/k norms",
-        ["GQA", "Int64"], _case([LLAMA31_70B, LLAMA31_8B]))
+        ["GQA", "Int64"], decoder_case([LLAMA31_70B, LLAMA31_8B]))
     add("Qwen2.5-7B (model card: 7.61B): q/k/v biases, no o_proj bias", ["AttentionBias", "GQA", "Int64"],
-        _case([QWEN25_7B]))
+        decoder_case([QWEN25_7B]))
     add("Qwen3-0.6B (model card: 0.6B): tied embeddings, the LM head not counted again",
-        ["TiedEmbeddings", "QkNorm", "GQA"], _case([QWEN3_06B]))
+        ["TiedEmbeddings", "QkNorm", "GQA"], decoder_case([QWEN3_06B]))
     add("Qwen1.5-MoE-A2.7B (model card: 14.3B, 2.7B activated): shared expert with its sigmoid gate, "
-        "q/k/v biases, MHA", ["SharedExpert", "ActiveExperts", "AttentionBias", "Int64"], _case([QWEN15_MOE_A27B]))
+        "q/k/v biases, MHA", ["SharedExpert", "ActiveExperts", "AttentionBias", "Int64"], decoder_case([QWEN15_MOE_A27B]))
     add("the same layer as MHA (kv_heads = heads) and as GQA (kv_heads = heads/4) and MQA (kv_heads = 1)",
-        ["GQA"], _case([_row(2, 64, 8, k, 8, 96, 100) for k in (8, 2, 1)]))
+        ["GQA"], decoder_case([decoder_row(2, 64, 8, k, 8, 96, 100) for k in (8, 2, 1)]))
     add("each flag alone on one small model: tied, qk_norm, bias", ["TiedEmbeddings", "QkNorm", "AttentionBias"],
-        _case([_row(3, 32, 4, 2, 8, 48, 50, tied=t, qk_norm=q, bias=b)
+        decoder_case([decoder_row(3, 32, 4, 2, 8, 48, 50, tied=t, qk_norm=q, bias=b)
                for t, q, b in ((False, False, False), (True, False, False), (False, True, False),
                                (False, False, True))]))
     add("MoE (Qwen3-MoE's layout): all experts active (top_k = experts), and one of many", ["ActiveExperts"],
-        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=k, expert_intermediate=16, qk_norm=True)
+        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=k, expert_intermediate=16, qk_norm=True)
                for k in (8, 1)]))
     add("MoE (Qwen2-MoE's layout): a gated shared expert, and a gate on a shared expert of width 0",
         ["ActiveExperts", "SharedExpert"],
-        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=w,
+        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=w,
                     shared_gate=True) for w in (24, 0)]))
     add("MoE: a shared expert without a gate (DeepSeek's layout)", ["SharedExpert"],
-        _case([_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=24)]))
+        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=24)]))
     add("zero layers: embedding, final norm and LM head only", ["TiedEmbeddings"],
-        _case([_row(0, 64, 8, 2, 8, 96, 100), _row(0, 64, 8, 2, 8, 96, 100, tied=True)]))
+        decoder_case([decoder_row(0, 64, 8, 2, 8, 96, 100), decoder_row(0, 64, 8, 2, 8, 96, 100, tied=True)]))
     add("counts past 2^53 (a million layers of a wide model): exact, not rounded to float64", ["Int64"],
-        _case([_row(1_000_003, 65536, 128, 8, 128, 262144, 1_000_003)]))
-    add("random small models in a [2, 3] batch", ["Random"], _case([_random_row(rng) for _ in range(6)], (2, 3)))
-    add("no models (empty arrays)", ["EmptyInput"], _case([]))
+        decoder_case([decoder_row(1_000_003, 65536, 128, 8, 128, 262144, 1_000_003)]))
+    add("random small models in a [2, 3] batch", ["Random"], decoder_case([_random_row(rng) for _ in range(6)], (2, 3)))
+    add("no models (empty arrays)", ["EmptyInput"], decoder_case([]))
     add("a total past int64 is rejected, not wrapped", ["Int64", "InvalidInput"],
-        _case([_row(1 << 24, 1 << 20, 1 << 10, 1 << 10, 1 << 10, 1 << 20, 1 << 20)]), "invalid")
+        decoder_case([decoder_row(1 << 24, 1 << 20, 1 << 10, 1 << 10, 1 << 10, 1 << 20, 1 << 20)]), "invalid")
     bad = {
         "a negative layer count": dict(layers=-1),
         "kv_heads 0": dict(kv_heads=0),
@@ -130,10 +130,10 @@ def _vectors() -> list[VectorSpec]:
         "a dense model with a shared gate": dict(shared_gate=True),
     }
     for comment, change in bad.items():
-        fields = dict(zip(NAMES + BOOLS, _row(2, 32, 8, 2, 4, 48, 50)))
+        fields = dict(zip(NAMES + BOOLS, decoder_row(2, 32, 8, 2, 4, 48, 50)))
         fields.update(change)
-        add(f"{comment} is rejected", ["InvalidInput"], _case([tuple(fields[n] for n in NAMES + BOOLS)]), "invalid")
-    base = _case([QWEN3_8B])
+        add(f"{comment} is rejected", ["InvalidInput"], decoder_case([tuple(fields[n] for n in NAMES + BOOLS)]), "invalid")
+    base = decoder_case([QWEN3_8B])
     add("float64 counts are rejected (TypeError)", ["InvalidInput"],
         Case({**base.inputs, "hidden": base.inputs["hidden"].astype(np.float64)}), "invalid")
     add("an integer where a bool is expected is rejected", ["InvalidInput"],
@@ -150,7 +150,7 @@ def _random_row(rng) -> tuple:
     heads = kv * int(rng.integers(1, 5))
     experts = int(rng.choice([0, 0, 4, 16]))
     moe = experts > 0
-    return _row(int(rng.integers(0, 9)), int(rng.integers(1, 300)), heads, kv, 2 * int(rng.integers(1, 33)),
+    return decoder_row(int(rng.integers(0, 9)), int(rng.integers(1, 300)), heads, kv, 2 * int(rng.integers(1, 33)),
                 0 if moe else int(rng.integers(0, 500)), int(rng.integers(1, 1000)), experts=experts,
                 top_k=int(rng.integers(1, experts + 1)) if moe else 0,
                 expert_intermediate=int(rng.integers(1, 100)) if moe else 0,
@@ -159,13 +159,13 @@ def _random_row(rng) -> tuple:
 
 
 @st.composite
-def _rows(draw) -> tuple:
+def decoder_rows(draw) -> tuple:
     kv = draw(st.integers(1, 16))
     heads = kv * draw(st.integers(1, 8))
     experts = draw(st.sampled_from([0, 0, 2, 8, 64]))
     moe = experts > 0
     big = st.integers(0, 1 << 16)
-    return _row(draw(st.integers(0, 128)), draw(st.integers(1, 1 << 14)), heads, kv, 2 * draw(st.integers(1, 128)),  # RoPE's even head_dim
+    return decoder_row(draw(st.integers(0, 128)), draw(st.integers(1, 1 << 14)), heads, kv, 2 * draw(st.integers(1, 128)),  # RoPE's even head_dim
                 0 if moe else draw(big), draw(st.integers(1, 1 << 18)), experts=experts,
                 top_k=draw(st.integers(1, experts)) if moe else 0,
                 expert_intermediate=draw(big) if moe else 0, shared_intermediate=draw(big) if moe else 0,
@@ -174,7 +174,7 @@ def _rows(draw) -> tuple:
 
 
 def _examples(supported):
-    return st.lists(_rows(), min_size=0, max_size=6).map(_case)
+    return st.lists(decoder_rows(), min_size=0, max_size=6).map(decoder_case)
 
 
 def _case_flags(case) -> tuple[str, ...]:
