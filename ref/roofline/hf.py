@@ -114,7 +114,8 @@ def _deepseek_v3(c) -> list[tuple]:
     mla = MLA(heads=_get(c, "num_attention_heads", required=True), q_lora_rank=q_lora_rank,
               kv_lora_rank=_get(c, "kv_lora_rank", required=True),
               qk_nope_head_dim=_get(c, "qk_nope_head_dim", required=True),
-              qk_rope_head_dim=_get(c, "qk_rope_head_dim", required=True), v_head_dim=_get(c, "v_head_dim", required=True))
+              qk_rope_head_dim=_get(c, "qk_rope_head_dim", required=True),
+              v_head_dim=_get(c, "v_head_dim", required=True))
     if _get(c, "attention_bias", False):
         raise ValueError("config: attention_bias is not modelled for deepseek_v3")
     moe = MoE(_get(c, "n_routed_experts", required=True), _get(c, "num_experts_per_tok", required=True),

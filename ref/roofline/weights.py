@@ -86,7 +86,8 @@ FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
     WeightFormat("int4_g128", 4, block=128, scale_bits=16, source=Source(
         "https://arxiv.org/abs/2210.17323", "GPTQ: Accurate Post-Training Quantization for Generative "
         "Pre-trained Transformers (arXiv 2210.17323)",
-        "(a summary, not a quote) 4-bit weights in groups of 128 along the input dimension, one 16-bit (fp16) scale per group, "
+        "(a summary, not a quote) 4-bit weights in groups of 128 along the input dimension, "
+        "one 16-bit (fp16) scale per group, "
         "symmetric (no zero point): the W4A16 group-128 scheme of GPTQ and compressed-tensors checkpoints")),
     WeightFormat("int4_g128_zp", 4, block=128, scale_bits=16, zero_bits=4, source=Source(
         "https://huggingface.co/TheBloke/TigerBot-70B-Chat-AWQ/blob/main/quant_config.json",

@@ -12,11 +12,11 @@ LM transformers builds for it, on the meta device (no memory, no weights), and c
   (experts - top_k) / experts, an exact integer.
 The family follows the inputs: experts == 0: Llama (no qk_norm, no bias), Qwen2 (bias:
 q/k/v biases), Qwen3 (qk_norm); Mistral, Llama's layout, where hidden is not a
-multiple of heads (LlamaConfig refuses that, though head_dim is given); experts > 0: Qwen3-MoE (qk_norm, no shared expert,
-no bias), Qwen2-MoE (shared_gate: Qwen2-MoE always gates its shared expert; qkv_bias
-= bias). No family has q/k/v biases with q/k norms (Qwen3's attention_bias also puts
-one on o_proj), nor a shared expert without its gate, nor Qwen2-MoE's layout with q/k
-norms: those cases are declined (NotImplementedError), as is an odd head_dim (every
+multiple of heads (LlamaConfig refuses that, though head_dim is given); experts > 0:
+Qwen3-MoE (qk_norm, no shared expert, no bias), Qwen2-MoE (shared_gate: Qwen2-MoE
+always gates its shared expert; qkv_bias = bias). No family has q/k/v biases with
+q/k norms (Qwen3's attention_bias also puts one on o_proj), nor a shared expert
+without its gate, nor Qwen2-MoE's layout with q/k norms: those cases are declined (NotImplementedError), as is an odd head_dim (every
 config refuses it: RoPE rotates pairs of dimensions).
 
 Layers: a model of L identical layers is built with 1 and with 2 layers, and the

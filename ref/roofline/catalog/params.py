@@ -69,13 +69,13 @@ def decoder_row(layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, 
 # Published configurations (config.json on huggingface.co; the model card's count in the comment).
 QWEN3_8B = decoder_row(36, 4096, 32, 8, 128, 12288, 151936, qk_norm=True)  # "8.2B"
 QWEN3_30B_A3B = decoder_row(48, 2048, 32, 4, 128, 0, 151936, experts=128, top_k=8, expert_intermediate=768,
-                     qk_norm=True)  # "30.5B total, 3.3B activated"
+                            qk_norm=True)  # "30.5B total, 3.3B activated"
 LLAMA31_70B = decoder_row(80, 8192, 64, 8, 128, 28672, 128256)  # "70B"
 LLAMA31_8B = decoder_row(32, 4096, 32, 8, 128, 14336, 128256)  # "8B"
 QWEN25_7B = decoder_row(28, 3584, 28, 4, 128, 18944, 152064, bias=True)  # "7.61B"
 QWEN3_06B = decoder_row(28, 1024, 16, 8, 128, 3072, 151936, tied=True, qk_norm=True)  # "0.6B"
 QWEN15_MOE_A27B = decoder_row(24, 2048, 16, 16, 128, 0, 151936, experts=60, top_k=4, expert_intermediate=1408,
-                       shared_intermediate=5632, bias=True, shared_gate=True)  # "14.3B, 2.7B activated"
+                              shared_intermediate=5632, bias=True, shared_gate=True)  # "14.3B, 2.7B activated"
 
 
 def _vectors() -> list[VectorSpec]:
@@ -96,7 +96,8 @@ def _vectors() -> list[VectorSpec]:
     add("Qwen3-0.6B (model card: 0.6B): tied embeddings, the LM head not counted again",
         ["TiedEmbeddings", "QkNorm", "GQA"], decoder_case([QWEN3_06B]))
     add("Qwen1.5-MoE-A2.7B (model card: 14.3B, 2.7B activated): shared expert with its sigmoid gate, "
-        "q/k/v biases, MHA", ["SharedExpert", "ActiveExperts", "AttentionBias", "Int64"], decoder_case([QWEN15_MOE_A27B]))
+        "q/k/v biases, MHA", ["SharedExpert", "ActiveExperts", "AttentionBias", "Int64"],
+        decoder_case([QWEN15_MOE_A27B]))
     add("the same layer as MHA (kv_heads = heads) and as GQA (kv_heads = heads/4) and MQA (kv_heads = 1)",
         ["GQA"], decoder_case([decoder_row(2, 64, 8, k, 8, 96, 100) for k in (8, 2, 1)]))
     add("each flag alone on one small model: tied, qk_norm, bias", ["TiedEmbeddings", "QkNorm", "AttentionBias"],
@@ -108,10 +109,11 @@ def _vectors() -> list[VectorSpec]:
                for k in (8, 1)]))
     add("MoE (Qwen2-MoE's layout): a gated shared expert, and a gate on a shared expert of width 0",
         ["ActiveExperts", "SharedExpert"],
-        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=w,
-                    shared_gate=True) for w in (24, 0)]))
+        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16,
+                                  shared_intermediate=w, shared_gate=True) for w in (24, 0)]))
     add("MoE: a shared expert without a gate (DeepSeek's layout)", ["SharedExpert"],
-        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16, shared_intermediate=24)]))
+        decoder_case([decoder_row(2, 32, 4, 2, 8, 0, 50, experts=8, top_k=2, expert_intermediate=16,
+                                  shared_intermediate=24)]))
     add("zero layers: embedding, final norm and LM head only", ["TiedEmbeddings"],
         decoder_case([decoder_row(0, 64, 8, 2, 8, 96, 100), decoder_row(0, 64, 8, 2, 8, 96, 100, tied=True)]))
     add("counts past 2^53 (a million layers of a wide model): exact, not rounded to float64", ["Int64"],
@@ -132,7 +134,8 @@ def _vectors() -> list[VectorSpec]:
     for comment, change in bad.items():
         fields = dict(zip(NAMES + BOOLS, decoder_row(2, 32, 8, 2, 4, 48, 50)))
         fields.update(change)
-        add(f"{comment} is rejected", ["InvalidInput"], decoder_case([tuple(fields[n] for n in NAMES + BOOLS)]), "invalid")
+        add(f"{comment} is rejected", ["InvalidInput"], decoder_case([tuple(fields[n] for n in NAMES + BOOLS)]),
+            "invalid")
     base = decoder_case([QWEN3_8B])
     add("float64 counts are rejected (TypeError)", ["InvalidInput"],
         Case({**base.inputs, "hidden": base.inputs["hidden"].astype(np.float64)}), "invalid")
@@ -151,11 +154,12 @@ def _random_row(rng) -> tuple:
     experts = int(rng.choice([0, 0, 4, 16]))
     moe = experts > 0
     return decoder_row(int(rng.integers(0, 9)), int(rng.integers(1, 300)), heads, kv, 2 * int(rng.integers(1, 33)),
-                0 if moe else int(rng.integers(0, 500)), int(rng.integers(1, 1000)), experts=experts,
-                top_k=int(rng.integers(1, experts + 1)) if moe else 0,
-                expert_intermediate=int(rng.integers(1, 100)) if moe else 0,
-                shared_intermediate=int(rng.integers(0, 100)) if moe else 0, tied=bool(rng.integers(2)),
-                qk_norm=bool(rng.integers(2)), bias=bool(rng.integers(2)), shared_gate=moe and bool(rng.integers(2)))
+                       0 if moe else int(rng.integers(0, 500)), int(rng.integers(1, 1000)), experts=experts,
+                       top_k=int(rng.integers(1, experts + 1)) if moe else 0,
+                       expert_intermediate=int(rng.integers(1, 100)) if moe else 0,
+                       shared_intermediate=int(rng.integers(0, 100)) if moe else 0, tied=bool(rng.integers(2)),
+                       qk_norm=bool(rng.integers(2)), bias=bool(rng.integers(2)),
+                       shared_gate=moe and bool(rng.integers(2)))
 
 
 @st.composite
@@ -165,12 +169,13 @@ def decoder_rows(draw) -> tuple:
     experts = draw(st.sampled_from([0, 0, 2, 8, 64]))
     moe = experts > 0
     big = st.integers(0, 1 << 16)
-    return decoder_row(draw(st.integers(0, 128)), draw(st.integers(1, 1 << 14)), heads, kv, 2 * draw(st.integers(1, 128)),  # RoPE's even head_dim
-                0 if moe else draw(big), draw(st.integers(1, 1 << 18)), experts=experts,
-                top_k=draw(st.integers(1, experts)) if moe else 0,
-                expert_intermediate=draw(big) if moe else 0, shared_intermediate=draw(big) if moe else 0,
-                tied=draw(st.booleans()), qk_norm=draw(st.booleans()), bias=draw(st.booleans()),
-                shared_gate=moe and draw(st.booleans()))
+    head_dim = 2 * draw(st.integers(1, 128))  # even, as RoPE needs
+    return decoder_row(draw(st.integers(0, 128)), draw(st.integers(1, 1 << 14)), heads, kv, head_dim,
+                       0 if moe else draw(big), draw(st.integers(1, 1 << 18)), experts=experts,
+                       top_k=draw(st.integers(1, experts)) if moe else 0,
+                       expert_intermediate=draw(big) if moe else 0, shared_intermediate=draw(big) if moe else 0,
+                       tied=draw(st.booleans()), qk_norm=draw(st.booleans()), bias=draw(st.booleans()),
+                       shared_gate=moe and draw(st.booleans()))
 
 
 def _examples(supported):
