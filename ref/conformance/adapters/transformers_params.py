@@ -16,8 +16,9 @@ multiple of heads (LlamaConfig refuses that, though head_dim is given); experts 
 Qwen3-MoE (qk_norm, no shared expert, no bias), Qwen2-MoE (shared_gate: Qwen2-MoE
 always gates its shared expert; qkv_bias = bias). No family has q/k/v biases with
 q/k norms (Qwen3's attention_bias also puts one on o_proj), nor a shared expert
-without its gate, nor Qwen2-MoE's layout with q/k norms: those cases are declined (NotImplementedError), as is an odd head_dim (every
-config refuses it: RoPE rotates pairs of dimensions).
+without its gate, nor Qwen2-MoE's layout with q/k norms: those cases are declined
+(NotImplementedError), as is an odd head_dim (every config refuses it: RoPE rotates
+pairs of dimensions).
 
 Layers: a model of L identical layers is built with 1 and with 2 layers, and the
 count is n1 + (L - 1) * (n2 - n1) (exact Python ints), so a 1,000,003-layer vector
