@@ -130,11 +130,13 @@ def test_each_attention_feature_adds_its_exact_term(row, flag):
 
 
 def test_counts_past_2_53_are_exact():
-    row = catalog.decoder_row(1_000_003, 65536, 128, 8, 128, 262144, 1_000_003)
+    row = catalog.decoder_row(1_000_004, 65537, 128, 8, 128, 262145, 1_000_003)
     f = dict(zip(FIELDS, row))
     h, hd = f["hidden"], f["head_dim"]
     layer = h * (128 + 8) * hd * 2 + 2 * h + 3 * h * f["intermediate"]
-    assert call(row)[0] == 2 * f["vocab"] * h + h + f["layers"] * layer > 2**53
+    total = call(row)[0]
+    assert total == 2 * f["vocab"] * h + h + f["layers"] * layer > 2**53
+    assert total % 2 == 1 and int(float(total)) != total  # float64 cannot hold it
 
 
 def test_empty_and_shaped_inputs_keep_their_shape():

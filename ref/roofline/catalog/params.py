@@ -116,8 +116,8 @@ def _vectors() -> list[VectorSpec]:
                                   shared_intermediate=24)]))
     add("zero layers: embedding, final norm and LM head only", ["TiedEmbeddings"],
         decoder_case([decoder_row(0, 64, 8, 2, 8, 96, 100), decoder_row(0, 64, 8, 2, 8, 96, 100, tied=True)]))
-    add("counts past 2^53 (a million layers of a wide model): exact, not rounded to float64", ["Int64"],
-        decoder_case([decoder_row(1_000_003, 65536, 128, 8, 128, 262144, 1_000_003)]))
+    add("odd counts past 2^53 (a million layers of a wide model, odd hidden): exact, not rounded to float64",
+        ["Int64"], decoder_case([decoder_row(1_000_004, 65537, 128, 8, 128, 262145, 1_000_003)]))
     add("random small models in a [2, 3] batch", ["Random"], decoder_case([_random_row(rng) for _ in range(6)], (2, 3)))
     add("no models (empty arrays)", ["EmptyInput"], decoder_case([]))
     add("a total past int64 is rejected, not wrapped", ["Int64", "InvalidInput"],

@@ -31,6 +31,8 @@ FLAGS = {
                         "empty tensor", "bytes off by 4 per tensor (or more)"),
     "BlockAxis": Flag("blocks counted over the flattened tensor instead of along each row",
                       "a matrix whose rows are not whole blocks gets too few scales"),
+    "CeilOnce": Flag("bytes rounded up per row or per block, then summed, instead of once per tensor",
+                     "a 4-bit tensor of odd rows gains half a byte per row"),
 }
 
 FORMAT = Variant("format", tuple(FORMATS), "bfloat16",
@@ -74,6 +76,9 @@ def _vectors() -> list[VectorSpec]:
             if br > 1:
                 add(f"rows one past a whole 128-row block ({name}): 2-D blocks, a partial row block has a scale",
                     ("PartialBlock", "BlockAxis", "ScaleOverhead"), _case([br + 1, 1], [b, b], name))
+        if f.element_bits % 8 or f.block:
+            add(f"5 rows of 3 elements ({name}): bits rounded to bytes once per tensor, not per row",
+                ("CeilOnce",) + scaled, _case([5, 1], [3, 1], name))
         add(f"random shapes in a [3, 4] batch ({name})", ("Random",) + scaled,
             _case(rng.integers(0, 3000, (3, 4)), rng.integers(0, 3000, (3, 4)), name))
     add("no matrices (empty arrays)", ("EmptyInput",), _case(np.zeros(0, np.int64), np.zeros(0, np.int64)))
