@@ -257,3 +257,29 @@ def test_config_fields_added_with_defaults():
     a = Attention(4, 2, 8)
     assert a.out_bias is False and dataclasses.replace(a, out_bias=True).out_bias
     assert Mamba2(4, 2, 3, 1, 4).conv_bias is True
+
+
+# --- the catalog entries ----------------------------------------------------------------
+
+@pytest.mark.parametrize("module", ["params", "weights"])
+def test_catalog_vectors_name_declared_flags_and_their_results_hold(module):
+    import importlib
+
+    from ref.roofline.catalog import FLAGS
+
+    entry = importlib.import_module(f"ref.roofline.catalog.{module}").OPERATIONS[0]
+    specs = entry.vectors()
+    assert specs and len({s.comment for s in specs}) == len(specs)
+    for spec in specs:
+        assert set(spec.flags) <= set(FLAGS), spec.comment
+        call_it = lambda: entry.oracle(**spec.case.inputs, **spec.case.params)  # noqa: E731
+        if spec.result == "invalid":
+            with pytest.raises((ValueError, TypeError)):
+                call_it()
+        else:
+            out = call_it()
+            for part in out if isinstance(out, tuple) else (out,):
+                assert part.dtype == np.int64 and part.shape == np.shape(next(iter(spec.case.inputs.values())))
+    for flag in set(catalog.FLAGS):  # every flag this op explains is carried by a vector
+        if module == "params":
+            assert any(flag in s.flags for s in specs), flag
