@@ -226,6 +226,16 @@ def test_parse_stated_and_agrees_reject_bad_input():
     assert parse_stated("6.95B") == (6_950_000_000, 10_000_000)
 
 
+def test_nemotron_pattern_is_the_cards_four_attention_layers():
+    # card: "a hybrid architecture consisting primarily of Mamba-2 and MLP layers combined with just four
+    # Attention layers"; the pattern has one character a layer (M Mamba-2, * attention, - MLP).
+    cfg, _ = HF_CONFIGS["Nemotron-H-8B-Base-8K"]
+    pattern = cfg["hybrid_override_pattern"]
+    assert len(pattern) == cfg["num_hidden_layers"] and set(pattern) == set("M*-")
+    assert pattern.count("*") == 4 and "four Attention layers" in STATED_PARAMS["Nemotron-H-8B-Base-8K"][1].quote
+    assert cfg["mamba_num_heads"] * cfg["mamba_head_dim"] == cfg["expand"] * cfg["hidden_size"]
+
+
 def _meta_model(cfg: dict):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

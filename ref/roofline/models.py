@@ -198,9 +198,9 @@ STATED_PARAMS: dict[str, tuple[dict, Source]] = {
                                     _card("Qwen/Qwen3-Next-80B-A3B-Instruct",
                                           "Number of Parameters: 80B in total and 3B activated")),
     "Nemotron-H-8B-Base-8K": ({"total": "8B"},
-                              _card("nvidia/Nemotron-H-8B-Base-8K", "Nemotron-H-8B-Base-8K ... a hybrid model "
-                                    "architecture that consists primarily of Mamba-2 and MLP layers combined with "
-                                    "just four Attention layers")),
+                              _card("nvidia/Nemotron-H-8B-Base-8K", "Nemotron-H-8B-Base-8K [the name states 8B] ... "
+                                    "The model uses a hybrid architecture consisting primarily of Mamba-2 and MLP "
+                                    "layers combined with just four Attention layers.")),
 }
 
 
