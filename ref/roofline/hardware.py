@@ -255,7 +255,7 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
     }, ("nvlink5",),
         "Per GPU of the rack (totals / 72, sparse / 2). Rack totals: 72 Blackwell GPUs and 36 Grace CPUs; "
         "1,440 PF FP4, 720 PF FP8, 360 PF BF16 (all with sparsity); up to 13.4 TB HBM3E at 576 TB/s; 130 TB/s "
-        "of NVLink. Per GPU: 5 PF dense FP8 (the GB200's B200 runs at a higher power than the HGX B200's 4.5), "
+        "of NVLink. Per GPU: 5 PF dense FP8 (NVIDIA specifies the GB200's GPUs above the DGX/HGX B200's 4.5), "
         "~186 GB, 8 TB/s."),
     _hw("R200", {
         "flops.float4": (_F("35", P), _s(_RUBIN_URL, _RUBIN, "NVFP4 Training² 35 PFLOPS; footnote 2: 'Dense "
@@ -290,8 +290,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
         "bandwidth": (_F("1792", G), _s(_RTX5090_URL, _RTX, "Memory Bandwidth 1792 GB/sec")),
         "capacity": (_F("32", G), _s(_RTX5090_URL, _RTX, "Memory Configuration 32 GB GDDR7")),
     }, ("pcie5_x16",),
-        "GeForce RTX 5090 (desktop). BF16 with FP32 accumulation runs at half the FP16-accumulate rate on GeForce "
-        "parts; FP8 is left out (its accumulate-dependent rate was not confirmed). 32 GB cannot hold a 70B model, "
+        "GeForce RTX 5090 (desktop). The whitepaper gives BF16 with FP32 accumulation (what BF16 GEMMs use); "
+        "FP8 is left out (its accumulate-dependent rate was not confirmed). 32 GB cannot hold a 70B model, "
         "even at 4 bits (~35 GB of weights)."),
     _hw("DGX Spark", {
         "flops.float4": (_F("1", P, halved=True), _s(_LMSYS_URL, _LMSYS, "the GB10 delivers up to 1 PFLOP of "
