@@ -154,6 +154,8 @@ _H200_URL = "https://www.nvidia.com/en-us/data-center/h200/"
 _DGX_B200_URL = "https://www.nvidia.com/en-us/data-center/dgx-b200/"
 _NVL72_URL = "https://www.nvidia.com/en-us/data-center/gb200-nvl72/"
 _RUBIN_URL = "https://www.nvidia.com/en-us/data-center/vera-rubin-nvl72/"
+_MAC_URL = "https://support.apple.com/en-us/122211"
+_MAC = "Apple Support: Mac Studio (2025) - Tech Specs"
 _RTX5090_URL = "https://www.nvidia.com/en-us/geforce/graphics-cards/50-series/rtx-5090/"
 _LMSYS_URL = "https://lmsys.org/blog/2025-10-13-nvidia-dgx-spark/"
 _SPARK_URL = "https://developer.nvidia.com/zh-cn/blog/how-nvidia-dgx-sparks-performance-enables-intensive-ai-tasks/"
@@ -187,20 +189,24 @@ LINKS: dict[str, Link] = {link.name: link for link in (
           _s(_H100_URL, _H100, "Interconnect: NVIDIA NVLink: 900GB/s PCIe Gen5: 128GB/s"),
           f"PCIe 5.0 x16 (32 GT/s a lane): 128 GB/s, {_BOTH} (63 GB/s after 128b/130b coding)"),
     _link("pcie6_x16", Figure("256", G, halved=True),
-          _s("https://pcisig.com/specifications/pciexpress/6.0", "PCI-SIG: PCI Express 6.0 Specification",
-             "64 GT/s raw data rate and up to 256 GB/s via x16 configuration"),
+          _s("https://pcisig.com/", "PCI-SIG: PCI Express 6.0 specification features",
+             "Delivers 64 GT/s raw bit rate and up to 256 GB/s via x16 configuration"),
           f"PCIe 6.0 x16: 256 GB/s, {_BOTH} (FLIT framing costs a few per cent more)"),
     _link("nic_200g", Figure("200", G / 8),
           _s(_LMSYS_URL, _LMSYS, "two QSFP ports driven by NVIDIA ConnectX-7 NIC capable of up to 200 Gbps"),
           "200 Gb/s line rate, per direction (Ethernet and InfiniBand are full duplex); DGX Spark's link"),
     _link("nic_400g", Figure("400", G / 8),
-          _s("https://www.nvidia.com/en-us/networking/ethernet/connectx-7/", "NVIDIA ConnectX-7 SmartNIC",
-             "up to 400Gb/s"),
-          "400 Gb/s line rate per direction: one ConnectX-7 per GPU in H100/B200 scale-out designs"),
+          _s("https://docs.nvidia.com/networking/display/NVIDIAWinOF2Documentationv25750000/"
+             "Supported+Network+Adapter+Cards+and+MFT+Tools",
+             "NVIDIA WinOF-2 Documentation v25.7.50000: Supported Network Adapter Cards",
+             "ConnectX-7 | InfiniBand: HDR, NDR200, NDR | Ethernet: ... 200GbE, 400GbE"),
+          "400 Gb/s line rate per direction (NDR InfiniBand / 400GbE): one ConnectX-7 per GPU in H100/B200 "
+          "scale-out designs"),
     _link("nic_800g", Figure("800", G / 8),
-          _s("https://www.nvidia.com/en-us/networking/products/ethernet/supernic/", "NVIDIA ConnectX-8 SuperNIC",
-             "800 gigabits per second (Gb/s)"),
-          "800 Gb/s line rate per direction: ConnectX-8, one per GPU in GB300-generation scale-out"),
+          _s("https://docs.nvidia.com/networking/display/connectx8firmwarev40440208/changes+and+new+features",
+             "NVIDIA ConnectX-8 SuperNIC Firmware Release Notes v40.44.0208",
+             "NVIDIA ConnectX-8 SuperNIC supports 800Gb/s or XDR IB or 2 x 400GbE link speeds."),
+          "800 Gb/s line rate per direction (XDR InfiniBand): ConnectX-8, one per GPU in GB300-generation scale-out"),
 )}
 
 _DGX_PERF = "8x NVIDIA Blackwell GPUs ... Performance: 72 petaFLOPS training and 144 petaFLOPS inference"
@@ -271,15 +277,14 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
         "35 PF is the dense NVFP4 figure; its dense FP8 figure, 17.5 PF, over the announced 22 TB/s gives "
         "795 FLOP/byte, the tutorial's '~800'. FP4: 35e15 / 22e12 = 1591.", status="announced"),
     _hw("M3 Ultra", {
-        "bandwidth": (_F("819", G), _s("https://www.apple.com/mac-studio/specs/",
-                      "Apple Mac Studio (2025), technical specifications",
-                      "Apple M3 Ultra chip ... 819GB/s memory bandwidth")),
-        "capacity": (_F("512", G), _s("https://www.apple.com/newsroom/2025/03/apple-reveals-m3-ultra-taking-apple-"
-                     "silicon-to-a-new-extreme/", "Apple Newsroom: Apple reveals M3 Ultra, taking Apple silicon to a "
-                     "new extreme (2025-03-05)", "up to 512GB of unified memory")),
+        "bandwidth": (_F("819", G), _s(_MAC_URL, _MAC, "Apple M3 Ultra chip ... 819GB/s memory bandwidth")),
+        "capacity": (_F("512", G), _s(_MAC_URL, _MAC, "Apple M3 Ultra with 32-core CPU ... 96GB unified memory, "
+                                      "configurable to 256GB or 512GB")),
     }, (),
-        "Mac Studio with M3 Ultra; the memory is unified (shared with the CPU). Apple publishes no FLOP/s figure "
-        "for the M3 Ultra's GPU, so flops is empty: a prefill estimate needs a user-supplied figure."),
+        "Mac Studio (2025) with M3 Ultra; the memory is unified (shared with the CPU). Apple publishes no FLOP/s "
+        "figure for the M3 Ultra's GPU, so flops is empty: a prefill estimate needs a user-supplied figure. "
+        "(apple.com/mac-studio/specs/ now describes the 2026 M5 Ultra model; the 2025 model's specifications "
+        "stay on Apple Support.)"),
     _hw("RTX 5090", {
         "flops.bfloat16": (_F("209.5", T), _s("https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/"
                            "nvidia-rtx-blackwell-gpu-architecture.pdf", "NVIDIA RTX Blackwell GPU Architecture "
