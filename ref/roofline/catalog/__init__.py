@@ -1,0 +1,9 @@
+"""The roofline area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
+
+from ref.roofline.catalog import flops, kv
+from ref.testing.flags import COMMON
+
+MODULES = (kv, flops)
+
+OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
+FLAGS = {**COMMON, **{flag: note for module in MODULES for flag, note in module.FLAGS.items()}}
