@@ -130,12 +130,12 @@ def forward_vectors() -> list[VectorSpec]:
 
 @st.composite
 def _decoder(draw) -> dict:
-    """One small, valid decoder config with its tokens and context (even head_dim, so a
-    RoPE model can be built from it)."""
+    """One small, valid decoder config with at least one new token after its context (no
+    tokens is a vector's edge; an engine cannot run it) and an even head_dim (RoPE's)."""
     kv_heads = draw(st.integers(1, 3))
     moe = draw(st.booleans())
     experts = draw(st.integers(1, 6)) if moe else 0
-    return dict(tokens=draw(st.integers(0, 9)), context=draw(st.integers(0, 9)), layers=draw(st.integers(0, 2)),
+    return dict(tokens=draw(st.integers(1, 9)), context=draw(st.integers(0, 9)), layers=draw(st.integers(0, 2)),
                 hidden=draw(st.integers(1, 24)), heads=kv_heads * draw(st.integers(1, 3)), kv_heads=kv_heads,
                 head_dim=2 * draw(st.integers(1, 6)), intermediate=0 if moe else draw(st.integers(1, 24)),
                 experts=experts, top_k=draw(st.integers(1, experts)) if moe else 0,
