@@ -1,0 +1,142 @@
+"""The accounting against a real engine: torch's FlopCounterMode around transformers
+forwards (the torch_flops adapter, and the divergences it avoids, each asserted exactly),
+and transformers' DynamicCache bytes after a forward against kv_bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from ref.conformance.adapters import torch_flops  # noqa: E402
+from ref.roofline.catalog import flops as flops_catalog  # noqa: E402
+from ref.roofline.config import MLP, Attention, Block, Model  # noqa: E402
+from ref.roofline.flops import forward_flops_decoder  # noqa: E402
+from ref.roofline.kv import kv_attention_bytes, kv_bytes  # noqa: E402
+
+INPUTS = flops_catalog.INPUTS
+TINY = dict(layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=48, experts=0, top_k=0,
+            expert_intermediate=0, shared_intermediate=0, vocab=50)
+TINY_MOE = {**TINY, "intermediate": 0, "experts": 6, "top_k": 2, "expert_intermediate": 16}
+
+
+def _oracle(c: dict, causal="full", lm_head="all") -> int:
+    return int(forward_flops_decoder(**{k: np.int64(c[k]) for k in INPUTS}, causal=causal, lm_head=lm_head))
+
+
+def _adapter(c: dict, lm_head="all") -> int:
+    return int(torch_flops.forward(**{k: np.int64(c[k]) for k in INPUTS}, causal="full", lm_head=lm_head))
+
+
+@settings(max_examples=15, deadline=None)
+@given(case=flops_catalog.decoder_configs({"causal": ["full"], "lm_head": ["last", "all", "none"]}))
+def test_flop_counter_matches_the_oracle_under_causal_full(case):
+    got = torch_flops.forward(**case.inputs, **case.params)
+    assert got.tolist() == forward_flops_decoder(**case.inputs, **case.params).tolist()
+
+
+@pytest.mark.parametrize("config", ["QWEN3_8B", "QWEN3_30B_A3B", "QWEN15_MOE"])
+def test_flop_counter_matches_the_table_models_at_full_size(config):
+    # on the meta device: the counter reads shapes, so 40,000 tokens of Qwen3-8B cost nothing
+    c = getattr(flops_catalog, config)
+    for tokens, context in ((4096, 0), (1, 40_000)):
+        for lm in ("last", "none"):
+            assert _adapter({**c, "tokens": tokens, "context": context}, lm) == \
+                _oracle({**c, "tokens": tokens, "context": context}, lm_head=lm)
+
+
+def _counted(model, ids) -> dict:
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(ids)
+    return {"total": counter.get_total_flops(), **{p: sum(v.values()) for p, v in counter.get_flop_counts().items()}}
+
+
+def _cpu_model(c: dict, *, attn: str, experts: str | None = None):
+    model = torch_flops.build(c)  # meta; rebuild on the CPU with real (random) weights for routing
+    config = model.config
+    config._attn_implementation = attn
+    if experts:
+        config._experts_implementation = experts
+    torch.manual_seed(0)
+    return type(model)(config).eval()
+
+
+def test_default_grouped_mm_experts_count_zero_flops():
+    # transformers 5.24's default experts_implementation runs torch's grouped_mm, which
+    # FlopCounterMode has no formula for: the routed experts vanish from the count
+    c = {**TINY_MOE, "tokens": 7, "context": 0}
+    model = _cpu_model(c, attn="eager", experts="grouped_mm")
+    measured = _counted(model, torch.randint(0, 50, (1, 7)))["total"]
+    routed = 2 * 7 * c["top_k"] * 3 * c["hidden"] * c["expert_intermediate"] * c["layers"]
+    assert measured == _oracle(c) - routed
+    model.config._experts_implementation = "eager"  # one F.linear per expert hit: exactly top_k per token
+    assert _counted(model, torch.randint(0, 50, (1, 7)))["total"] == _oracle(c)
+
+
+def test_cpu_sdpa_counts_no_attention_flops():
+    # aten._scaled_dot_product_flash_attention_for_cpu has no formula in FlopCounterMode
+    c = {**TINY, "tokens": 9, "context": 0}
+    measured = _counted(_cpu_model(c, attn="sdpa"), torch.zeros(1, 9, dtype=torch.long))["total"]
+    attention = 2 * c["heads"] * 2 * c["head_dim"] * 9 * 9 * c["layers"]  # the full square
+    assert measured == _oracle(c) - attention
+    assert _counted(_cpu_model(c, attn="eager"), torch.zeros(1, 9, dtype=torch.long))["total"] == _oracle(c)
+
+
+def test_qwen2_moe_shared_expert_gate_is_the_only_extra_matmul():
+    c = {**TINY_MOE, "shared_intermediate": 24, "tokens": 5, "context": 3}
+    counts = torch_flops.measure(c, "all")
+    gate = sum(v for p, v in counts.items() if p.endswith("shared_expert_gate"))
+    assert gate == 2 * 5 * c["hidden"] * c["layers"]
+    assert counts["total"] - gate == _oracle(c) == _adapter(c)
+
+
+def test_adapter_refuses_what_the_op_refuses_and_declines_what_it_cannot_run():
+    with pytest.raises(ValueError):
+        _adapter({**TINY, "tokens": 2, "context": 0, "kv_heads": 3})
+    with pytest.raises(NotImplementedError):
+        _adapter({**TINY, "tokens": 0, "context": 4})
+    with pytest.raises(NotImplementedError):
+        torch_flops.forward(**{k: np.int64({**TINY, "tokens": 2, "context": 0}[k]) for k in INPUTS},
+                            causal="exact")
+
+
+# KV bytes against DynamicCache -------------------------------------------------------
+
+def _cache_bytes(model, ids, cache=None) -> tuple[int, object]:
+    with torch.no_grad():
+        out = model(ids, cache=cache, use_cache=True)
+    cache = out.past_key_values
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers), cache
+
+
+@given(tokens=st.integers(1, 12), step=st.integers(1, 3), dtype=st.sampled_from(["bfloat16", "float32"]))
+@settings(max_examples=10, deadline=None)
+def test_dynamic_cache_holds_kv_bytes(tokens, step, dtype):
+    c = {**TINY, "tokens": tokens, "context": 0}
+    model = _cpu_model(c, attn="eager").to(getattr(torch, dtype))
+    bits = 16 if dtype == "bfloat16" else 32
+    held, cache = _cache_bytes(model, torch.zeros(1, tokens, dtype=torch.long))
+    expected = int(kv_attention_bytes(tokens, c["layers"], c["kv_heads"], c["head_dim"], c["head_dim"], bits))
+    assert held == expected
+    held, _ = _cache_bytes(model, torch.zeros(1, step, dtype=torch.long), cache)  # decode / a chunk after it
+    model_view = Model("tiny", c["hidden"], c["vocab"],
+                       (Block(c["layers"], Attention(c["heads"], c["kv_heads"], c["head_dim"]), MLP(48)),))
+    assert held == kv_bytes(model_view, tokens + step, element_bits=bits)
+
+
+def test_sliding_window_cache_keeps_window_minus_one_between_steps():
+    # transformers' DynamicSlidingWindowLayer keeps the window - 1 newest keys after a forward (the next
+    # query adds its own to see `window`); kv_bytes bills `window`, what a step holds at its peak
+    config = transformers.MistralConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=50,
+                                        sliding_window=4)
+    model = transformers.MistralForCausalLM(config).eval()
+    held, _ = _cache_bytes(model, torch.zeros(1, 10, dtype=torch.long))
+    windowed = Model("mistral-tiny", 32, 50, (Block(2, Attention(4, 2, 8, window=4), MLP(48)),))
+    assert held == kv_bytes(windowed, 3, element_bits=32) == kv_bytes(windowed, 10, element_bits=32) * 3 // 4
