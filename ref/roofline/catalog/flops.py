@@ -38,14 +38,14 @@ FLAGS = {
                          "every decode step is one key short per head and layer"),
     "LmHead": Flag("the LM head's logits counted for every position where only the last is computed, or never",
                    "a prefill's FLOPs off by 2 * hidden * vocab per position: 1.2 GFLOP per token for Qwen3"),
-    "ActiveExperts": Flag("every routed expert counted (or none) where top_k run per token",
-                          "a MoE's per-token FLOPs come out experts / top_k times too large"),
-    "SharedExpert": Flag("the shared expert (always active) forgotten, or counted once per routed expert",
-                         "Qwen2-MoE-style models' per-token FLOPs are short by 6 * hidden * shared_intermediate"),
-    "GQA": Flag("k/v sized by the query heads (MHA) where the model groups queries over fewer KV heads",
-                "KV bytes and k/v projection FLOPs come out heads / kv_heads times too large"),
-    "Int64": Flag("counts multiplied in int32 or float64, or wrapped in int64",
-                  "past 2^31 the count wraps negative; past 2^53 float64 drops the low bits"),
+    "ActiveExperts": Flag("all experts counted as active, or the embedding and LM head left out of the active "
+                          "count", "an MoE model's active parameters are its total (Qwen3-30B-A3B: 30.5B, not 3.3B)"),
+    "SharedExpert": Flag("a shared expert (or its sigmoid gate) forgotten, or counted among the routed ones",
+                         "an MoE model's total and active counts miss 3*hidden*shared_intermediate per layer"),
+    "GQA": Flag("k and v sized by heads (MHA) where kv_heads is smaller",
+                "k_proj and v_proj counted heads/kv_heads times too large"),
+    "Int64": Flag("a count computed in int32 or float64 (wraps past 2^31, rounds past 2^53)",
+                  "a large model's count wraps negative or loses its last digits"),
 }
 
 INPUTS = ("tokens", "context", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "experts",
@@ -98,6 +98,8 @@ def forward_vectors() -> list[VectorSpec]:
     add("a small model's chunk of 4,096 tokens after 2^31 cached ones, and Llama-3.1-70B's after 2^24",
         ("Int64", "ContextPairs"), **_rows({"tokens": 4096, "context": 1 << 31, **SMALL},
                                            {"tokens": 4096, "context": 1 << 24, **LLAMA_70B}))
+    add("3 tokens after 2^52 + 1 cached ones: an odd count past 2^53 that float64 cannot hold", ("Int64",),
+        tokens=3, context=(1 << 52) + 1, **SMALL)
     add("no new tokens: nothing is computed, whatever the context or lm_head", ("EmptyInput", "LmHead"),
         tokens=0, context=100, **SMALL)
     add("an empty batch of configs", ("EmptyInput",), **{k: np.zeros(0, np.int64) for k in INPUTS})
