@@ -18,7 +18,8 @@ from ref.conformance.adapters import torch_flops  # noqa: E402
 from ref.roofline.catalog import flops as flops_catalog  # noqa: E402
 from ref.roofline.config import MLP, Attention, Block, Model  # noqa: E402
 from ref.roofline.flops import forward_flops_decoder  # noqa: E402
-from ref.roofline.kv import kv_attention_bytes, kv_bytes  # noqa: E402
+from ref.roofline.kv import (gated_delta_state_bytes, kv_attention_bytes, kv_bytes,  # noqa: E402
+                             mamba2_state_bytes)
 
 INPUTS = flops_catalog.INPUTS
 TINY = dict(layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=48, experts=0, top_k=0,
@@ -140,3 +141,44 @@ def test_sliding_window_cache_keeps_window_minus_one_between_steps():
     held, _ = _cache_bytes(model, torch.zeros(1, 10, dtype=torch.long))
     windowed = Model("mistral-tiny", 32, 50, (Block(2, Attention(4, 2, 8, window=4), MLP(48)),))
     assert held == kv_bytes(windowed, 3, element_bits=32) == kv_bytes(windowed, 10, element_bits=32) * 3 // 4
+
+
+# Recurrent state against transformers' linear-attention cache layers ------------------------------
+
+def _state_held(model, tokens: int) -> tuple[int, set]:
+    """Bytes of every conv and recurrent state tensor after a forward and one decode step, and their dtypes."""
+    with torch.no_grad():
+        out = model(torch.zeros(1, tokens, dtype=torch.long), use_cache=True)
+        out = model(torch.zeros(1, 1, dtype=torch.long), cache=out.past_key_values, use_cache=True)
+    held, dtypes = 0, set()
+    for layer in out.past_key_values.layers:
+        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
+            for t in (states.values() if isinstance(states, dict) else states or ()):
+                if t is not None:
+                    held += t.nbytes
+                    dtypes.add((t.shape[-1], t.dtype))
+    return held, dtypes
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gated_delta_and_mamba2_state_against_transformers(dtype):
+    # transformers keeps the recurrent state in float32 whatever the model dtype (state_bytes' default
+    # state_bits=32) and the conv window in the model dtype, but conv_kernel columns of it where vLLM
+    # keeps conv_kernel - 1 (the op's definition): one column per conv channel and layer more
+    bits = 16 if dtype == "bfloat16" else 32
+    qwen3_next = transformers.Qwen3NextConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, vocab_size=50, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=6, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=8, shared_expert_intermediate_size=8, full_attention_interval=4)
+    held, _ = _state_held(transformers.Qwen3NextForCausalLM(qwen3_next).to(getattr(torch, dtype)).eval(), 6)
+    conv_dim = 2 * 2 * 8 + 4 * 6
+    assert held == int(gated_delta_state_bytes(3, 2, 4, 8, 6, 4, 32, bits)) + 3 * conv_dim * bits // 8
+    nemotron = transformers.NemotronHConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, vocab_size=50, mamba_num_heads=4, mamba_head_dim=6, ssm_state_size=5, n_groups=2, conv_kernel=4,
+        hybrid_override_pattern="M*M-")
+    held, dtypes = _state_held(transformers.NemotronHForCausalLM(nemotron).to(getattr(torch, dtype)).eval(), 6)
+    conv_dim = 4 * 6 + 2 * 2 * 5
+    assert held == int(mamba2_state_bytes(2, 4, 6, 5, 2, 4, 32, bits)) + 2 * conv_dim * bits // 8
+    assert (5, torch.float32) in dtypes  # the SSM state [heads, head_dim, d_state]
