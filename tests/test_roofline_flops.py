@@ -169,13 +169,15 @@ def test_model_level_matches_the_catalog_oracle_for_gqa_decoders(config, t, cont
 
 
 def test_mla_naive_and_absorbed_cost_per_cached_token():
-    # DeepSeek-V3's attention: each more cached key costs 2 * heads * (dn + dr + dv) naive, and
-    # 2 * heads * (2 * kv_lora_rank + dr) absorbed (scores and values over the latent)
+    # DeepSeek-V3's attention, one more cached key: naive decompresses its latent (2 * kv_lora_rank * heads *
+    # (dn + dv)) and attends over dn + dr and dv per head; absorbed attends over the latent (2 * kv_lora_rank
+    # + dr per head) and decompresses nothing
     mla = MLA(128, 1536, 512, 128, 64, 128)
     model = Model("dsv3-like", 7168, 129280, (Block(61, mla, MLP(18432)),))
-    for form, per_key in (("naive", 128 + 64 + 128), ("absorbed", 2 * 512 + 64)):
+    for form, per_key in (("naive", 2 * 128 * (128 + 64 + 128) + 2 * 512 * 128 * (128 + 128)),
+                          ("absorbed", 2 * 128 * (2 * 512 + 64))):
         step = forward_flops(model, 1, 1001, mla=form) - forward_flops(model, 1, 1000, mla=form)
-        assert step == 61 * 2 * 128 * per_key
+        assert step == 61 * per_key
     absorbed_extra = 2 * 61 * 128 * 512 * (128 + 128)  # q_nope -> latent and latent -> v per token
     naive_extra = 2 * 61 * 512 * 128 * (128 + 128)  # kv_b_proj on the new token's latent
     assert forward_flops(model, 1, 0, lm_head="none", mla="absorbed") - absorbed_extra - 61 * 2 * 128 * 1088 == \

@@ -16,10 +16,10 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from ref.conformance.adapters import torch_flops  # noqa: E402
 from ref.roofline.catalog import flops as flops_catalog  # noqa: E402
-from ref.roofline.config import MLP, Attention, Block, Model  # noqa: E402
-from ref.roofline.flops import forward_flops_decoder  # noqa: E402
+from ref.roofline.config import MLA, MLP, Attention, Block, Model  # noqa: E402
+from ref.roofline.flops import forward_flops, forward_flops_decoder  # noqa: E402
 from ref.roofline.kv import (gated_delta_state_bytes, kv_attention_bytes, kv_bytes,  # noqa: E402
-                             mamba2_state_bytes)
+                             kv_mla_bytes, mamba2_state_bytes)
 
 INPUTS = flops_catalog.INPUTS
 TINY = dict(layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, intermediate=48, experts=0, top_k=0,
@@ -182,3 +182,28 @@ def test_gated_delta_and_mamba2_state_against_transformers(dtype):
     conv_dim = 4 * 6 + 2 * 2 * 5
     assert held == int(mamba2_state_bytes(2, 4, 6, 5, 2, 4, 32, bits)) + 2 * conv_dim * bits // 8
     assert (5, torch.float32) in dtypes  # the SSM state [heads, head_dim, d_state]
+
+
+@pytest.mark.parametrize("q_lora,tokens,context", [(0, 5, 0), (24, 5, 0), (24, 1, 7), (0, 3, 4)])
+def test_mla_naive_flops_and_latent_cache_against_deepseek_v3(q_lora, tokens, context):
+    # transformers 5.24's DeepseekV3Attention caches the normed latent and the RoPE key (one "head" each)
+    # and decompresses every cached latent through kv_b_proj at each forward: forward_flops' mla="naive"
+    config = transformers.DeepseekV3Config(
+        hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=2, first_k_dense_replace=2,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=q_lora or None, kv_lora_rank=16,
+        qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, vocab_size=50, n_routed_experts=4,
+        num_experts_per_tok=2, tie_word_embeddings=False)
+    config._attn_implementation = "eager"
+    with torch.device("meta"):
+        model = transformers.DeepseekV3ForCausalLM(config).eval()
+    cache = transformers.DynamicCache(config=config)
+    for layer in range(2 if context else 0):
+        cache.update(torch.empty(1, 1, context, 16, device="meta"), torch.empty(1, 1, context, 4, device="meta"),
+                     layer)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, tokens, dtype=torch.long, device="meta"), cache=cache, use_cache=True, logits_to_keep=0)
+    ours = Model("dsv3-tiny", 64, 50, (Block(2, MLA(4, q_lora, 16, 8, 4, 6), MLP(96)),))
+    assert counter.get_total_flops() == forward_flops(ours, tokens, context, "full", "all", mla="naive")
+    held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)  # float32 on meta
+    assert held == kv_bytes(ours, context + tokens, element_bits=32) == \
+        int(kv_mla_bytes(context + tokens, 2, 16, 4, 32))

@@ -56,7 +56,7 @@ class LmHead(enum.Enum):
 class MlaForm(enum.Enum):
     """How MLA's attention is computed (DeepSeek-V2, arXiv 2405.04434, section 2.1.3)."""
 
-    NAIVE = "naive"  # keys and values decompressed per head (kv_b_proj), cached decompressed (transformers)
+    NAIVE = "naive"  # every cached latent decompressed per head (kv_b_proj) at each step (transformers, vLLM prefill)
     ABSORBED = "absorbed"  # W_UK folded into the query, W_UV after attention: attend over the latent (vLLM decode)
 
 
@@ -154,9 +154,9 @@ def _mixer_flops(m, hidden: int, tokens: int, context: int, causal: Causal, mla:
         kv_a = hidden * (m.kv_lora_rank + m.qk_rope_head_dim)
         o = m.heads * m.v_head_dim * hidden
         pairs_x2 = attention_pairs_x2(t, context, causal)
-        if mla is MlaForm.NAIVE:  # kv_b_proj on each new token's latent; attend over dq and v_head_dim
+        if mla is MlaForm.NAIVE:  # kv_b_proj on every key's latent (cached and new); attend over dq and v_head_dim
             kv_b = m.kv_lora_rank * m.heads * (m.qk_nope_head_dim + m.v_head_dim)
-            return 2 * t * (q + kv_a + kv_b + o) + m.heads * (dq + m.v_head_dim) * pairs_x2
+            return 2 * t * (q + kv_a + o) + 2 * (context + t) * kv_b + m.heads * (dq + m.v_head_dim) * pairs_x2
         absorb = m.heads * m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim)  # q_nope -> latent; latent -> v
         return 2 * t * (q + kv_a + absorb + o) + m.heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * pairs_x2
     if isinstance(m, Mamba2):
@@ -193,11 +193,13 @@ def forward_flops(model: Model, tokens: int, context: int = 0, causal: str = "ex
 
     Attention: projections (q_proj twice as wide with Qwen3-Next's output gate) and
     2 * heads * (head_dim + v_head_dim) per pair; a sliding window counts its band.
-    MLA: q (through q_lora_rank when > 0), kv_a, o, and either `mla="naive"` (kv_b_proj
-    on each new token's latent, then attention over qk_nope + qk_rope and v_head_dim per
-    head: transformers, and vLLM's prefill) or "absorbed" (W_UK folded into the query and
-    W_UV applied after attention: per token 2 * heads * kv_lora_rank * (qk_nope + v_head_dim),
-    and attention over the kv_lora_rank + qk_rope latent per head: vLLM's decode).
+    MLA: q (through q_lora_rank when > 0), kv_a, o, and either `mla="naive"` (the cache holds
+    latents; kv_b_proj decompresses every key's latent, the context's and the new tokens',
+    at each forward: 2 * (context + tokens) * kv_lora_rank * heads * (qk_nope + v_head_dim),
+    then attention over qk_nope + qk_rope and v_head_dim per head: transformers 5.24, and
+    vLLM's prefill) or "absorbed" (W_UK folded into the query and W_UV applied after
+    attention: per new token 2 * heads * kv_lora_rank * (qk_nope + v_head_dim), and
+    attention over the kv_lora_rank + qk_rope latent per head: vLLM's decode).
     Mamba-2 and Gated DeltaNet: projections, the depthwise conv (2 * conv_dim * conv_kernel
     per token) and the recurrent form's state products per token (Mamba-2: 4 * heads *
     head_dim * d_state; Gated DeltaNet: 6 * value_heads * key_head_dim * value_head_dim);
