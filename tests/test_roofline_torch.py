@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from ref.conformance.adapters import torch_flops  # noqa: E402
 from ref.roofline.catalog import flops as flops_catalog  # noqa: E402
-from ref.roofline.config import MLA, MLP, Attention, Block, Model  # noqa: E402
+from ref.roofline.config import MLA, MLP, Attention, Block, GatedDeltaNet, Mamba2, Model, MoE  # noqa: E402
 from ref.roofline.flops import forward_flops, forward_flops_decoder  # noqa: E402
 from ref.roofline.kv import (gated_delta_state_bytes, kv_attention_bytes, kv_bytes,  # noqa: E402
                              kv_mla_bytes, mamba2_state_bytes)
@@ -207,3 +207,45 @@ def test_mla_naive_flops_and_latent_cache_against_deepseek_v3(q_lora, tokens, co
     held = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)  # float32 on meta
     assert held == kv_bytes(ours, context + tokens, element_bits=32) == \
         int(kv_mla_bytes(context + tokens, 2, 16, 4, 32))
+
+
+def _decode_step_counts(model) -> int:
+    with torch.no_grad():
+        cache = model(torch.zeros(1, 6, dtype=torch.long), use_cache=True).past_key_values
+        with FlopCounterMode(display=False) as counter:
+            model(torch.zeros(1, 1, dtype=torch.long), cache=cache, use_cache=True, logits_to_keep=0)
+    return counter.get_total_flops()
+
+
+def test_recurrent_decode_step_against_transformers_reference_kernels():
+    # A decode step of the hybrids through transformers' PyTorch fallbacks (no mamba_ssm, no fla): the
+    # projections, attention (with Qwen3-Next's output gate) and MoE (with its shared-expert gate) count as
+    # forward_flops says; two differences, asserted exactly: (1) the conv update convolves the cached
+    # window plus the new input, 2 output positions of which it keeps 1 (2 * 2 * conv_dim * conv_kernel
+    # counted, not 2 * conv_dim * conv_kernel); (2) state updates are broadcast multiplies, which
+    # FlopCounterMode does not count: Gated DeltaNet's 6 * value_heads * dk * dv are all left out, and
+    # Mamba-2's update (2 * d_inner * d_state) too, its readout y = C h (a matmul) counted
+    torch.manual_seed(0)
+    nemotron = transformers.NemotronHConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, vocab_size=50, mamba_num_heads=4, mamba_head_dim=6, ssm_state_size=5, n_groups=2, conv_kernel=4,
+        hybrid_override_pattern="M*M-")
+    nemotron._attn_implementation = "eager"
+    ours = Model("nemotron-tiny", 32, 50, (Block(2, Mamba2(4, 6, 5, 2, 4), None), Block(1, Attention(4, 2, 8), None),
+                                           Block(1, None, MLP(48, gated=False))))
+    conv_dim, inner = 4 * 6 + 2 * 2 * 5, 4 * 6
+    measured = _decode_step_counts(transformers.NemotronHForCausalLM(nemotron).eval())
+    assert measured == forward_flops(ours, 1, 6, "full", "all") + 2 * (2 * conv_dim * 4 - 2 * inner * 5)
+    qwen3_next = transformers.Qwen3NextConfig(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=8, vocab_size=50, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=6, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=8, shared_expert_intermediate_size=8, full_attention_interval=4)
+    qwen3_next._attn_implementation = "eager"
+    qwen3_next._experts_implementation = "eager"
+    moe = MoE(4, 2, 8, 8, shared_gate=True)
+    ours = Model("qwen3-next-tiny", 32, 50, (Block(3, GatedDeltaNet(2, 4, 8, 6, 4), moe),
+                                             Block(1, Attention(4, 2, 8, qk_norm=True, output_gate=True), moe)))
+    conv_dim = 2 * 2 * 8 + 4 * 6
+    measured = _decode_step_counts(transformers.Qwen3NextForCausalLM(qwen3_next).eval())
+    assert measured == forward_flops(ours, 1, 6, "full", "all") + 3 * (2 * conv_dim * 4 - 6 * 4 * 8 * 6)
