@@ -198,3 +198,27 @@ def test_sliding_window_counts_the_band():
     windowed = Model("w", 64, 10, (Block(1, Attention(2, 1, 8, window=4), None),))
     full = Model("f", 64, 10, (Block(1, Attention(2, 1, 8), None),))
     assert forward_flops(full, 1, 100) - forward_flops(windowed, 1, 100) == 2 * 2 * 16 * (101 - 4)
+
+
+# The table's models (ref.roofline.models, built by ref.roofline.hf) ---------------------
+
+@pytest.fixture(scope="module")
+def models():
+    pytest.importorskip("ref.roofline.hf")  # the accounting branch's builder; absent until it merges
+    from ref.roofline.models import MODELS
+    return MODELS
+
+
+@pytest.mark.parametrize("name,config", [("Qwen3-8B", QWEN3_8B), ("Qwen3-30B-A3B", QWEN3_30B_A3B),
+                                         ("Llama-3.1-70B", flops_catalog.LLAMA_70B)])
+def test_table_models_match_the_catalog_configs(models, name, config):
+    for t, context in ((40_000, 0), (1, 40_000)):
+        assert forward_flops(models[name], t, context) == _f(t, context, **config)
+
+
+def test_table_models_reproduce_the_tours_flop_figures(models):
+    # 1.03 PFLOP for a 40k prefill (half, no LM head); the 30B MoE computes 0.4 of the 8B per token
+    assert round(forward_flops(models["Qwen3-8B"], 40_000, 0, "half", "none") / 1e15, 2) == 1.03
+    assert round(forward_flops(models["Qwen3-30B-A3B"], 1, 0) / forward_flops(models["Qwen3-8B"], 1, 0), 1) == 0.4
+    # DeepSeek-V3 (37B activated of 671B): about 2 FLOPs per active parameter per token at no context
+    assert round(forward_flops(models["DeepSeek-V3"], 1, 0, lm_head="none") / 2e9) in range(35, 38)

@@ -214,3 +214,34 @@ def test_hybrid_model_fixed_state_plus_attention_kv():
         kv_bytes("Qwen3-8B", 1)
     with pytest.raises(ValueError, match="tokens"):
         kv_bytes(hybrid, -1)
+
+
+# The table's models (ref.roofline.models, built by ref.roofline.hf) ---------------------
+
+@pytest.fixture(scope="module")
+def models():
+    pytest.importorskip("ref.roofline.hf")  # the accounting branch's builder; absent until it merges
+    from ref.roofline.models import MODELS
+    return MODELS
+
+
+def test_table_models_kv_per_token(models):
+    # the tour's 147,456 (Qwen3-8B) and 327,680 (70B class); DeepSeek-V3's 61 layers of 576 bf16 elements;
+    # Qwen3-Next's 12 gated-attention layers of 2 KV heads of 256
+    assert kv_bytes(models["Qwen3-8B"], 1) == 147_456
+    assert kv_bytes(models["Llama-3.1-70B"], 1) == 327_680
+    assert kv_bytes(models["DeepSeek-V3"], 1) == 61 * 576 * 2
+    assert kv_bytes(models["Qwen3-Next-80B-A3B-Instruct"], 1) == 12 * 2 * (256 + 256) * 2
+    assert state_bytes(models["Qwen3-8B"]) == state_bytes(models["DeepSeek-V3"]) == 0
+
+
+def test_hybrids_keep_kv_in_a_fraction_of_their_layers(models):
+    # tour: "Hybrids: Qwen3-Next 3:1 ... Nemotron-H ~12:1" (layers without KV to layers with it)
+    for name, ratio in (("Qwen3-Next-80B-A3B-Instruct", 3), ("Nemotron-H-8B-Base-8K", 12)):
+        model = models[name]
+        with_kv = sum(b.count for b in model.blocks if isinstance(b.mixer, (Attention, MLA)))
+        assert (model.layers - with_kv) / with_kv == ratio
+        per_layer = kv_bytes(Model("one", model.hidden, model.vocab, (next(
+            Block(1, b.mixer, None) for b in model.blocks if isinstance(b.mixer, Attention)),)), 10**6)
+        assert kv_bytes(model, 10**6) == with_kv * per_layer
+        assert state_bytes(model) > 0 and state_bytes(model) == state_bytes(model, 32, 16)
