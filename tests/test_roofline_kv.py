@@ -245,3 +245,19 @@ def test_hybrids_keep_kv_in_a_fraction_of_their_layers(models):
             Block(1, b.mixer, None) for b in model.blocks if isinstance(b.mixer, Attention)),)), 10**6)
         assert kv_bytes(model, 10**6) == with_kv * per_layer
         assert state_bytes(model) > 0 and state_bytes(model) == state_bytes(model, 32, 16)
+
+
+def test_counting_helpers():
+    from ref.roofline.counting import ceil_div, counts, flags, to_int64
+
+    v = counts("op", a=np.array([1, 2], np.int32), b=np.array([3, 4], np.uint8))
+    assert v["a"].dtype == object and (v["a"] * (1 << 62) * 4).tolist() == [1 << 64, 1 << 65]
+    assert flags("op", (2,), "a", tied=np.array([True, False]))["tied"].tolist() == [True, False]
+    with pytest.raises(TypeError, match="tied: expected a bool array"):
+        flags("op", (2,), "a", tied=np.array([1, 0]))
+    with pytest.raises(ValueError, match="tied: expected the shape of a"):
+        flags("op", (2,), "a", tied=np.array(True))
+    assert ceil_div(v["a"] * 7, 8).tolist() == [1, 2]
+    assert to_int64(v["a"] * 3, "op", v).dtype == np.int64
+    with pytest.raises(ValueError, match="op: the result does not fit int64 for these inputs \\(a, b\\)"):
+        to_int64(v["a"] << 63, "op", v)
