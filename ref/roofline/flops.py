@@ -60,7 +60,7 @@ class MlaForm(enum.Enum):
     ABSORBED = "absorbed"  # W_UK folded into the query, W_UV after attention: attend over the latent (vLLM decode)
 
 
-def attention_pairs_x2(tokens, context, causal: Causal):
+def _pairs_x2(tokens, context, causal: Causal):
     """Twice the (query, key) pairs (twice, so "half"'s tokens^2 / 2 stays an integer)."""
     if causal is Causal.EXACT:
         return 2 * tokens * context + tokens * (tokens + 1)
@@ -79,7 +79,7 @@ def attention_pairs(tokens: int, context: int, causal: str = "exact", window: in
     causal = member(causal, Causal, "causal")
     if window is not None and causal is not Causal.FULL:
         return _band(tokens, context, integer(window, "window", minimum=1))
-    return attention_pairs_x2(tokens, context, causal) / 2
+    return _pairs_x2(tokens, context, causal) / 2
 
 
 def _band(tokens: int, context: int, window: int) -> int:
@@ -114,7 +114,7 @@ def forward_flops_decoder(tokens, context, layers, hidden, heads, kv_heads, head
     _check_decoder(v)
     t, h, d = v["tokens"], v["hidden"], v["head_dim"]
     projections = h * v["heads"] * d * 2 + h * v["kv_heads"] * d * 2  # q, o; k, v
-    attention_x2 = 2 * v["heads"] * (d + d) * attention_pairs_x2(t, v["context"], causal)
+    attention_x2 = 2 * v["heads"] * (d + d) * _pairs_x2(t, v["context"], causal)
     ffn = (3 * h * v["intermediate"] + h * v["experts"] + v["top_k"] * 3 * h * v["expert_intermediate"]
            + 3 * h * v["shared_intermediate"])
     per_layer = 2 * t * (projections + ffn) + attention_x2 // 2  # even: exact
@@ -146,14 +146,14 @@ def _mixer_flops(m, hidden: int, tokens: int, context: int, causal: Causal, mla:
         q_out = m.heads * m.head_dim * (2 if m.output_gate else 1)  # the gate rides on q_proj
         params = hidden * (q_out + m.kv_heads * (m.head_dim + m.dv)) + m.heads * m.dv * hidden
         pairs_x2 = (2 * _band(t, context, m.window) if m.window is not None and causal is not Causal.FULL
-                    else attention_pairs_x2(t, context, causal))
+                    else _pairs_x2(t, context, causal))
         return 2 * t * params + m.heads * (m.head_dim + m.dv) * pairs_x2  # 2 * heads * (d + dv) * pairs
     if isinstance(m, MLA):
         dq = m.qk_nope_head_dim + m.qk_rope_head_dim
         q = (hidden * m.q_lora_rank + m.q_lora_rank * m.heads * dq) if m.q_lora_rank else hidden * m.heads * dq
         kv_a = hidden * (m.kv_lora_rank + m.qk_rope_head_dim)
         o = m.heads * m.v_head_dim * hidden
-        pairs_x2 = attention_pairs_x2(t, context, causal)
+        pairs_x2 = _pairs_x2(t, context, causal)
         if mla is MlaForm.NAIVE:  # kv_b_proj on every key's latent (cached and new); attend over dq and v_head_dim
             kv_b = m.kv_lora_rank * m.heads * (m.qk_nope_head_dim + m.v_head_dim)
             return 2 * t * (q + kv_a + o) + 2 * (context + t) * kv_b + m.heads * (dq + m.v_head_dim) * pairs_x2

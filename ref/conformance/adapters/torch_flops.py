@@ -27,7 +27,7 @@ Divergences found, not met here because the adapter avoids them (tests assert th
   torch's grouped_mm, for which FlopCounterMode has no formula: routed experts count 0;
 - the default attention on CPU, SDPA, runs aten._scaled_dot_product_flash_attention_for_cpu,
   which has no formula either: attention's products count 0 (the CUDA flash and
-  efficient kernels do have one, the full square).
+  efficient kernels have a registered formula, the full square; not measured here).
 Declined (NotImplementedError, counted as skipped): tokens 0 (transformers cannot run
 an empty sequence), more than 128 layers (seconds of module building each), and shapes
 whose attention scores would pass 2^62 elements (torch's numel limit).
