@@ -15,8 +15,8 @@ causal, how P is counted (variant, default "exact"):
     exact  tokens * context + tokens * (tokens + 1) / 2   each query sees its own key
     half   tokens * context + tokens^2 / 2                FlashAttention's benchmarks' convention
     full   tokens * (context + tokens)                    the masked square (torch's FlopCounterMode
-                                                          on eager attention or SDPA, which counts
-                                                          the masked half too)
+                                                          on eager attention, which multiplies the
+                                                          masked half too)
 lm_head, whose logits (variant, default "last"): last (1 position if tokens > 0: generation),
     all (every position: a training forward, and transformers without logits_to_keep), none.
 

@@ -153,11 +153,11 @@ def state_bytes(model: Model, state_bits: int = 32, conv_bits: int = 16) -> int:
     """Fixed recurrent state bytes of one sequence: every Mamba2 and GatedDeltaNet layer's
     state and conv window, rounded up to bytes once.
 
-    Defaults: the recurrent state in float32, the conv window in bfloat16. transformers'
-    Qwen3-Next keeps the delta-rule state as its kernels return it (float32) and the conv
-    window in the model dtype; vLLM's mamba_ssm_cache_dtype picks the SSM state's dtype
-    (the model dtype by default, float32 when the model asks for it). Give the bits your
-    engine uses."""
+    Defaults: the recurrent state in float32, the conv window in bfloat16: what
+    transformers 5.24 keeps for a bfloat16 Qwen3-Next or Nemotron-H (its conv window has
+    conv_kernel columns, one more than vLLM's conv_kernel - 1, which this counts).
+    vLLM's mamba_ssm_cache_dtype picks the SSM state's dtype (the model dtype by default).
+    Give the bits your engine uses."""
     model = _model(model)
     state_bits = integer(state_bits, "state_bits", minimum=0)
     conv_bits = integer(conv_bits, "conv_bits", minimum=0)
