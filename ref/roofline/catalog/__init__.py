@@ -1,12 +1,10 @@
-"""The roofline area's catalog: gathers each technique module's OPERATIONS and FLAGS.
+"""The roofline area's catalog: gathers each technique module's OPERATIONS and FLAGS
+(one module per technique: params, weights, kv, flops, serving)."""
 
-(A stand-in on the accounting branch, with its two modules only: the integrator's
-version gathers every roofline catalog module.)"""
-
-from ref.roofline.catalog import params, weights
+from ref.roofline.catalog import flops, kv, params, weights
 from ref.testing.flags import COMMON
 
-MODULES = (params, weights)
+MODULES = (params, weights, kv, flops)
 
 OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
 FLAGS = {**COMMON, **{flag: note for module in MODULES for flag, note in module.FLAGS.items()}}
