@@ -472,3 +472,19 @@ def test_published_dgx_spark_runs_are_below_the_roofline():
     one = next(r for r in MEASURED.values() if r.model == "Llama 3.1 8B" and r.batch == 1)
     bound = decode_step(LLAMA_8B, spark, 0, 1, fmt=None, weight_format="float8_tensor").tokens_per_s
     assert 0.5 < one.decode_tokens_per_s / bound < 0.7
+
+
+def test_the_table_models_are_the_ones_these_tests_write_out():
+    """The figures above use models written from config.json here; the table's own
+    (ref.roofline.models, built by ref.roofline.hf) give the same estimates."""
+    from ref.roofline.hardware import HARDWARE
+    from ref.roofline.models import MODELS
+
+    b200 = HARDWARE["B200"]
+    for local in (QWEN3_8B, QWEN3_30B, LLAMA_70B):
+        table = MODELS[local.name]
+        for batch in (1, 32):
+            assert decode_step(table, b200, 40_000, batch, fmt="float8") == decode_step(local, b200, 40_000, batch,
+                                                                                         fmt="float8")
+        assert prefill(table, b200, 4096, fmt="float8") == prefill(local, b200, 4096, fmt="float8")
+    assert ridge(b200, "float8") == 562.5  # the tutorial's 4500 / 8
