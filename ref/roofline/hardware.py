@@ -163,6 +163,8 @@ _H100 = "NVIDIA H100 Tensor Core GPU, specifications (H100 SXM column)"
 _H200 = "NVIDIA H200 Tensor Core GPU, specifications (H200 SXM column)"
 _DGX = "NVIDIA DGX B200, specifications (a system of 8 GPUs)"
 _NVL72 = "NVIDIA GB200 NVL72, specifications (GB200 NVL72 column: a rack of 72 GPUs)"
+_NVL72_HGX = ("NVIDIA GB200 NVL72, specifications (Individual Blackwell GPU Specifications table, HGX B200 "
+              "column)")
 _RUBIN = ("NVIDIA Vera Rubin NVL72, specifications (Rubin GPU column; footnote 1: 'Preliminary information. "
           "All values are up to and subject to change.')")
 _RTX = "NVIDIA GeForce RTX 5090, specifications"
@@ -241,14 +243,18 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
                          _s(_DGX_B200_URL, _DGX, _DGX_PERF + " [training: FP8, with sparsity; per GPU /8, dense /2]")),
         "flops.float4": (_F("144", P, divisor=8, halved=True),
                          _s(_DGX_B200_URL, _DGX, _DGX_PERF + " [inference: FP4, with sparsity; per GPU /8, dense /2]")),
+        "flops.bfloat16": _sparse("4.5", P, _NVL72_URL, _NVL72_HGX,
+                                  "Individual Blackwell GPU Specifications ... HGX B200 ... FP16/BF16 Tensor Core* "
+                                  "4.5 PFLOPS"),
         "bandwidth": (_F("64", T, divisor=8),
                       _s(_DGX_B200_URL, _DGX, "1,440GB total GPU memory ... 64TB/s HBM3e bandwidth")),
         "capacity": (_F("1,440", G, divisor=8), _s(_DGX_B200_URL, _DGX, "1,440GB total GPU memory")),
     }, ("nvlink5", "pcie5_x16"),
         "Per GPU of a DGX B200 (system / 8, sparse / 2): 4.5 PF dense FP8, 9 PF dense FP4 (the tutorial's "
         "'~9 PF' is this FP4 figure, or FP8 with sparsity), 8 TB/s, 180 GB (the B200 package carries 192 GB). "
-        "Dense FP8 ridge: 4.5e15 / 8e12 = 562.5 FLOP/byte. The DGX B200 page prints no BF16 figure, so none "
-        "is entered (use float8, or the GB200 NVL72 entry's BF16)."),
+        "Dense FP8 ridge: 4.5e15 / 8e12 = 562.5 FLOP/byte. The DGX B200 page prints no BF16 figure; the BF16 "
+        "entry is the HGX B200 column of the GB200 NVL72 page's per-GPU table (4.5 PF with sparsity, 2.25 dense), "
+        "which lists the HGX B200's bandwidth as 7.7 TB/s where the DGX page's 64 TB/s over 8 GPUs gives 8."),
     _hw("GB200 NVL72", {
         "flops.float4": _sparse("1,440", P, _NVL72_URL, _NVL72,
                                 "FP4 Tensor Core* 1,440 PFLOPS", divisor=72),
