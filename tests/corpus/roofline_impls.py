@@ -141,6 +141,26 @@ def _lm_even_for_no_tokens(c, lm_head):
     return 2 * c["hidden"] * c["vocab"] if lm_head == "last" else P.lm_head_flops(c, lm_head)
 
 
+def _through_float64(fn):
+    """The exact count's value, through float64: past 2^53 it is rounded."""
+    def kernel(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(o.astype(np.float64).astype(np.int64) for o in out) if isinstance(out, tuple) else (
+            out.astype(np.float64).astype(np.int64))
+    return kernel
+
+
+def _wrapped_int32(fn):
+    """The exact count, wrapped as int32 arithmetic wraps it."""
+    def wrap(o):
+        return ((o.astype(object) + 2**31) % 2**32 - 2**31).astype(np.int64)
+
+    def kernel(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(wrap(o) for o in out) if isinstance(out, tuple) else wrap(out)
+    return kernel
+
+
 def _float64_forward(*, causal="exact", lm_head="last", **inputs):
     """The exact count's value, through float64: past 2^53 it is rounded."""
     exact = P.forward_flops(causal=causal, lm_head=lm_head, **inputs)
@@ -199,6 +219,10 @@ def _kivi_values_per_channel(q, f, head_dim, bits, group):
     return 2 * keys_like + f * 2 * head_dim * 16
 
 
+def _kivi_partial_group_floored(q, f, head_dim, bits, group):
+    return P.kivi_head_bits(q, f, head_dim, bits, group) - q * (P.ceil_div(head_dim, group) - head_dim // group) * 32
+
+
 def _kivi_scale_only(q, f, head_dim, bits, group):
     return P.kivi_head_bits(q, f, head_dim, bits, group) - ((q // group) * head_dim
                                                               + q * P.ceil_div(head_dim, group)) * 16
@@ -225,6 +249,11 @@ def _float_op(fn, wrong):
 def _experts_with_replacement(experts, top_k, tokens, **_):
     e, k, b = (np.asarray(x, np.float64) for x in (experts, top_k, tokens))
     return e * -np.expm1(k * b * np.log1p(-1.0 / e))
+
+
+def _experts_plain_power(experts, top_k, tokens, **_):
+    e, k, b = (np.asarray(x, np.float64) for x in (experts, top_k, tokens))
+    return e * (1.0 - (1.0 - k / e) ** b)
 
 
 def _experts_saturation(experts, top_k, tokens, **_):
@@ -290,7 +319,7 @@ BUGS = {
     "blocks over the flattened tensor": (T, "BlockAxis", _tensor(_flattened_bits)),
     "DeepSeek's 128x128 blocks counted as 1x128": (T, "BlockAxis", _tensor(
         lambda r, c, f: P.format_bits(r, c, f, table=_table(float8_block128={2: 1})))),
-    "each row rounded to whole bytes": (T, "PartialBlock", _tensor(_per_row_bytes_bits)),
+    "each row rounded to whole bytes": (T, "CeilOnce", _tensor(_per_row_bytes_bits)),
     "int32 arithmetic wraps past 2^31": (T, "Int64", _int32_tensor),
     # params.decoder
     "a tied embedding counted again as the LM head": (D, "TiedEmbeddings", _decoder_with(
@@ -313,22 +342,39 @@ BUGS = {
     "LM head never counted": (F, "LmHead", _forward(lm=_lm_never)),
     "LM head counted for zero new tokens": (F, "LmHead", _forward(lm=_lm_even_for_no_tokens)),
     "k and v projections sized by heads": (F, "GQA", _forward(changes={"kv_heads": _pick["heads"]})),
+    "the shared expert's FLOPs forgotten": (F, "SharedExpert", _forward(
+        changes={"shared_intermediate": lambda i: np.zeros_like(i["shared_intermediate"])})),
     "every expert computed per token": (F, "ActiveExperts", _forward(changes={"top_k": _pick["experts"]})),
     "the router's matmul forgotten": (F, "ActiveExperts", _forward(router=False)),
     "FLOPs wrapped at int32": (F, "Int64", _int32_forward),
     "FLOPs through float64 (inexact past 2^53)": (F, "Int64", _float64_forward),
     # KV and state bytes
-    "KV bytes rounded per layer": (KV, "ElementBits", _kv(P.kv_attention, _kv_per_layer_bytes, _KV_NAMES)),
-    "MLA's RoPE key forgotten": (ML, "RopeKey", _kv(
+    "KV bytes rounded per layer": (KV, "CeilOnce", _kv(P.kv_attention, _kv_per_layer_bytes, _KV_NAMES)),
+    "MLA's RoPE key forgotten": (ML, "MlaCacheEntry", _kv(
         P.kv_mla, lambda c: P.to_bytes(c["tokens"] * c["layers"] * c["kv_lora_rank"] * c["element_bits"]),
         "tokens layers kv_lora_rank qk_rope_head_dim element_bits")),
-    "KIVI's residual window not subtracted": (Q, "Residual", _kv(
+    "values sized by the key head_dim": (KV, "ValueHeadDim", _kv(
+        P.kv_attention, lambda c: P.to_bytes(c["tokens"] * c["layers"] * c["kv_heads"] * 2 * c["head_dim"]
+                                             * c["element_bits"]), _KV_NAMES)),
+    "KV bytes rounded per token": (KV, "CeilOnce", _kv(P.kv_attention, lambda c: c["tokens"] * P.to_bytes(
+        c["layers"] * c["kv_heads"] * (c["head_dim"] + c["v_head_dim"]) * c["element_bits"]), _KV_NAMES)),
+    "KV bytes through float64": (KV, "Int64", _through_float64(P.kv_attention)),
+    "KV bytes wrapped at int32": (KV, "Int64", _wrapped_int32(P.kv_attention)),
+    "MLA bytes wrapped at int32": (ML, "Int64", _wrapped_int32(P.kv_mla)),
+    "KIVI bytes wrapped at int32": (Q, "Int64", _wrapped_int32(P.kv_quantized)),
+    "Mamba-2 bytes wrapped at int32": (M, "Int64", _wrapped_int32(P.mamba2_state)),
+    "GDN bytes wrapped at int32": (G, "Int64", _wrapped_int32(P.gated_delta_state)),
+    "parameters wrapped at int32": (D, "Int64", _wrapped_int32(P.decoder_params)),
+    "parameters through float64": (D, "Int64", _through_float64(P.decoder_params)),
+    "KIVI's partial value group floored": (Q, "PartialGroup", _kv(
+        P.kv_quantized, _kivi(head_bits=_kivi_partial_group_floored), _KIVI_NAMES)),
+    "KIVI's residual window not subtracted": (Q, "KiviResidual", _kv(
         P.kv_quantized, _kivi(split=_kivi_split_no_residual), _KIVI_NAMES)),
-    "KIVI tokens quantized without whole groups": (Q, "Residual", _kv(
+    "KIVI tokens quantized without whole groups": (Q, "KiviResidual", _kv(
         P.kv_quantized, _kivi(split=_kivi_split_ungrouped), _KIVI_NAMES)),
-    "values' scales grouped per channel like keys": (Q, "ValueGroups", _kv(
+    "values' scales grouped per channel like keys": (Q, "KiviValueGroups", _kv(
         P.kv_quantized, _kivi(head_bits=_kivi_values_per_channel), _KIVI_NAMES)),
-    "KIVI's zero points forgotten": (Q, "ScaleOverhead", _kv(
+    "KIVI's zero points forgotten": (Q, "KiviScales", _kv(
         P.kv_quantized, _kivi(head_bits=_kivi_scale_only), _KIVI_NAMES)),
     "Mamba-2's conv state forgotten": (M, "ConvState", _kv(P.mamba2_state, _mamba(
         lambda h, hd, n, g, k, sb, cb: h * hd * n * sb), _MAMBA_NAMES)),
@@ -341,12 +387,14 @@ BUGS = {
         + (hd - 1) * h * (k - 1) * cb), _MAMBA_NAMES)),
     "GDN's conv state forgotten": (G, "ConvState", _kv(P.gated_delta_state, _gdn(
         lambda kh, vh, kd, vd, k, sb, cb: vh * kd * vd * sb), _GDN_NAMES)),
-    "GDN's state sized by key heads": (G, "SsmState", _kv(P.gated_delta_state, _gdn(
+    "GDN's state sized by key heads": (G, "GQA", _kv(P.gated_delta_state, _gdn(
         lambda kh, vh, kd, vd, k, sb, cb: P.gated_delta_layer_bits(kh, vh, kd, vd, k, sb, cb)
         + (kh - vh) * kd * vd * sb), _GDN_NAMES)),
     # serving formulas
     "expected experts with replacement": (E, "WithoutReplacement", _float_op(
         P.expected_experts, _experts_with_replacement)),
+    "expected experts by the power as written": (E, "NearOne", _float_op(P.expected_experts,
+                                                                        _experts_plain_power)),
     "expected experts as min(E, kB)": (E, "Saturation", _float_op(P.expected_experts, _experts_saturation)),
     "expected tokens with k terms (no bonus token)": (S, "BonusToken", _float_op(P.expected_tokens,
                                                                                  _tokens_k_terms)),
@@ -354,7 +402,7 @@ BUGS = {
         P.expected_tokens, _tokens_plain_closed_form)),
     "alpha = 1 divides 0 by 0": (S, "AlphaOne", _float_op(P.expected_tokens, _tokens_alpha_one_nan)),
     "speedup with k terms": (SP, "BonusToken", _float_op(P.speedup, _speedup_k_terms)),
-    "speedup without the target's step": (SP, "BonusToken", _float_op(P.speedup, _speedup_no_target_step)),
+    "speedup without the target's step": (SP, "TargetStep", _float_op(P.speedup, _speedup_no_target_step)),
     "phase time summed under max": (PT, "Overlap", _float_op(P.phase_time, _time(lambda c, m, o: c + m))),
     "phase time maxed under sum": (PT, "Overlap", _float_op(P.phase_time, _time(lambda c, m, o: np.maximum(c, m)))),
     "the memory time ignored": (PT, "MemoryBound", _float_op(P.phase_time, _time(

@@ -332,8 +332,11 @@ def phase_time(flops, bytes, peak_flops, bandwidth, *, overlap="max", **_):  # n
     c = reals(op, flops=flops, bytes=bytes, peak_flops=peak_flops, bandwidth=bandwidth)
     require(op, c["peak_flops"] > 0, "peak_flops: must be > 0")
     require(op, c["bandwidth"] > 0, "bandwidth: must be > 0")
-    compute, memory = c["flops"] / c["peak_flops"], c["bytes"] / c["bandwidth"]
-    return (np.maximum(compute, memory) if overlap == "max" else compute + memory).astype(np.float64)
+    with np.errstate(over="ignore"):
+        compute, memory = c["flops"] / c["peak_flops"], c["bytes"] / c["bandwidth"]
+        seconds = np.maximum(compute, memory) if overlap == "max" else compute + memory
+    require(op, np.isfinite(seconds), "flops, bytes, peak_flops, bandwidth: the time overflows float64")
+    return seconds.astype(np.float64)
 
 
 OPS = {
