@@ -164,7 +164,7 @@ def _probes():
     return {
         roofline_impls.T: [dict(rows=ints(4096, 3, 0, 5, 129, 2 ** 20), cols=ints(4096, 17, 5, 0, 200, 2 ** 20),
                                 format=f) for f in R.FORMATS],
-        roofline_impls.D: [dict(dec, **flags), dict({k: v[:1] for k, v in dec.items()}, layers=ints(1_000_003),
+        roofline_impls.D: [dict(dec, **flags), dict({k: v[:1] for k, v in dec.items()}, layers=ints(10_000_019),
                                                     hidden=ints(65537), vocab=ints(1_000_003),
                                                     **{k: v[:1] for k, v in flags.items()})],
         roofline_impls.F: [dict(fwd, causal=c, lm_head=h) for c in ("exact", "half", "full")
