@@ -161,7 +161,17 @@ def _probes():
     fwd = dict(dec, tokens=ints(40000, 1, 3, 0), context=ints(0, 40000, 5, 7))
     one = {k: v[:1] for k, v in fwd.items()}
     f64 = np.float64
-    return {
+    # the vectors proposed to the catalog owners for the CeilOnce gaps (one rounding, over every layer)
+    odd = {roofline_impls.ML: dict(tokens=ints(3), layers=ints(3), kv_lora_rank=ints(3), qk_rope_head_dim=ints(0),
+                                   element_bits=ints(5)),
+           roofline_impls.Q: dict(tokens=ints(5), layers=ints(2), kv_heads=ints(3), head_dim=ints(1), bits=ints(3),
+                                  group=ints(1), residual=ints(0)),
+           roofline_impls.M: dict(layers=ints(3), heads=ints(1), head_dim=ints(1), d_state=ints(1), groups=ints(1),
+                                  conv_kernel=ints(2), state_bits=ints(4), conv_bits=ints(3)),
+           roofline_impls.G: dict(layers=ints(3), key_heads=ints(1), value_heads=ints(1), key_head_dim=ints(1),
+                                  value_head_dim=ints(1), conv_kernel=ints(2), state_bits=ints(3), conv_bits=ints(3)),
+           roofline_impls.E: dict(experts=ints(8), top_k=ints(8), tokens=ints(0))}
+    return {op: probes + [odd[op]] if op in odd else probes for op, probes in {
         roofline_impls.T: [dict(rows=ints(4096, 3, 0, 5, 129, 2 ** 20), cols=ints(4096, 17, 5, 0, 200, 2 ** 20),
                                 format=f) for f in R.FORMATS],
         roofline_impls.D: [dict(dec, **flags), dict({k: v[:1] for k, v in dec.items()}, layers=ints(10_000_019),
@@ -191,7 +201,7 @@ def _probes():
         roofline_impls.SP: [dict(alpha=f64([0.8, 1.0]), k=ints(4, 4), cost=f64([0.1, 0.0]))],
         roofline_impls.PT: [dict(flops=f64([1e15, 1e9]), bytes=f64([8e9, 8e12]), peak_flops=f64([4.5e15] * 2),
                                  bandwidth=f64([8e12] * 2), overlap=o) for o in ("max", "sum")],
-    }
+    }.items()}
 
 
 PROBES = _probes()

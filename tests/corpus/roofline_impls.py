@@ -97,6 +97,13 @@ def _decoder_active_without_ends(**inputs):
     return total, active - v * h * (2 - np.asarray(inputs["tied"]).astype(np.int64)) - h
 
 
+def _decoder_o_by_kv_heads(**inputs):
+    total, active = P.decoder_params(**inputs)
+    fewer = (np.asarray(inputs["layers"]) * np.asarray(inputs["hidden"]) * np.asarray(inputs["head_dim"])
+             * (np.asarray(inputs["heads"]) - np.asarray(inputs["kv_heads"])))
+    return total - fewer, active - fewer
+
+
 # ------------------------------------------------------------------ flops.forward
 
 def _forward(pairs=None, lm=None, changes=None, router=True):
@@ -228,6 +235,18 @@ def _kivi_scale_only(q, f, head_dim, bits, group):
                                                               + q * P.ceil_div(head_dim, group)) * 16
 
 
+def _kivi_per_head_bytes(c):
+    q, f = P.kivi_split(c["tokens"], c["group"], c["residual"])
+    return P.to_bytes(P.kivi_head_bits(q, f, c["head_dim"], c["bits"], c["group"])) * c["kv_heads"] * c["layers"]
+
+
+def _mamba_apart(c):
+    """The SSM state and the conv window as two tensors, each rounded up to bytes."""
+    ssm = c["heads"] * c["head_dim"] * c["d_state"] * c["state_bits"]
+    conv = P.mamba2_layer_bits(*(c[n] for n in _MAMBA_NAMES.split()[1:])) - ssm
+    return c["layers"] * (P.to_bytes(ssm) + P.to_bytes(conv))
+
+
 def _mamba(layer_bits):
     return lambda c: P.to_bytes(c["layers"] * layer_bits(*(c[n] for n in _MAMBA_NAMES.split()[1:])))
 
@@ -254,6 +273,15 @@ def _experts_with_replacement(experts, top_k, tokens, **_):
 def _experts_plain_power(experts, top_k, tokens, **_):
     e, k, b = (np.asarray(x, np.float64) for x in (experts, top_k, tokens))
     return e * (1.0 - (1.0 - k / e) ** b)
+
+
+def _experts_log_without_guard(experts, top_k, tokens, **_):
+    e, k, b = (np.asarray(x, np.float64) for x in (experts, top_k, tokens))
+    return -e * np.expm1(b * np.log1p(-k / e))
+
+
+def _swapped_rates(flops, bytes, peak_flops, bandwidth, *, overlap="max", **_):  # noqa: A002
+    return P.phase_time(flops, bytes, bandwidth, peak_flops, overlap=overlap)
 
 
 def _experts_saturation(experts, top_k, tokens, **_):
@@ -315,6 +343,11 @@ BUGS = {
         lambda r, c, f: P.format_bits(r, c, f, table=_table(int4_g128_zp={4: 0})))),
     "HQQ's zero points counted at 4 bits": (T, "ScaleOverhead", _tensor(
         lambda r, c, f: P.format_bits(r, c, f, table=_table(int4_g64_hqq={4: 4})))),
+    "NVFP4's per-tensor scale counted per block": (T, "TensorScale", _tensor(
+        lambda r, c, f: P.format_bits(r, c, f, table=_table(nvfp4={3: 40, 6: 0})))),
+    "INT4 group scales counted as FP32": (T, "ScaleOverhead", _tensor(
+        lambda r, c, f: P.format_bits(r, c, f, table=_table(int4_g128={3: 32}, int4_g128_zp={3: 32},
+                                                              int4_g64_hqq={3: 32})))),
     "per-channel FP8 scales counted per column": (T, "ScaleOverhead", _tensor(_channel_per_column_bits)),
     "blocks over the flattened tensor": (T, "BlockAxis", _tensor(_flattened_bits)),
     "DeepSeek's 128x128 blocks counted as 1x128": (T, "BlockAxis", _tensor(
@@ -325,6 +358,7 @@ BUGS = {
     "a tied embedding counted again as the LM head": (D, "TiedEmbeddings", _decoder_with(
         tied=lambda i: np.zeros_like(i["tied"]))),
     "k and v sized by heads (MHA for GQA)": (D, "GQA", _decoder_with(kv_heads=_pick["heads"])),
+    "o_proj sized by kv_heads": (D, "GQA", _decoder_o_by_kv_heads),
     "Qwen3's q/k RMSNorms forgotten": (D, "QkNorm", _decoder_with(qk_norm=lambda i: np.zeros_like(i["qk_norm"]))),
     "Qwen2's q/k/v biases forgotten": (D, "AttentionBias", _decoder_with(bias=lambda i: np.zeros_like(i["bias"]))),
     "k and v biases sized by heads": (D, "AttentionBias", _decoder_bias_by_heads),
@@ -338,6 +372,10 @@ BUGS = {
     "causal pairs T^2/2 under exact": (F, "CausalPairs", _forward(pairs=_pairs_half_under_exact)),
     "half's T^2/2 floored for odd T": (F, "CausalPairs", _forward(pairs=_pairs_half_floored)),
     "a new token's keys = context (itself not counted)": (F, "ContextPairs", _forward(pairs=_pairs_without_self)),
+    "full counted as the causal triangle": (F, "CausalPairs", _forward(pairs=lambda c, causal: P.pair_flops(
+        c, "exact" if causal == "full" else causal))),
+    "attention products over the KV heads": (F, "GQA", _forward(pairs=lambda c, causal: P.pair_flops(
+        {**c, "heads": c["kv_heads"]}, causal))),
     "LM head on every token under last": (F, "LmHead", _forward(lm=_lm_every_token)),
     "LM head never counted": (F, "LmHead", _forward(lm=_lm_never)),
     "LM head counted for zero new tokens": (F, "LmHead", _forward(lm=_lm_even_for_no_tokens)),
@@ -376,6 +414,16 @@ BUGS = {
         P.kv_quantized, _kivi(head_bits=_kivi_values_per_channel), _KIVI_NAMES)),
     "KIVI's zero points forgotten": (Q, "KiviScales", _kv(
         P.kv_quantized, _kivi(head_bits=_kivi_scale_only), _KIVI_NAMES)),
+    "MLA bytes rounded per layer": (ML, "CeilOnce", _kv(P.kv_mla, lambda c: c["layers"] * P.to_bytes(
+        c["tokens"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * c["element_bits"]),
+        "tokens layers kv_lora_rank qk_rope_head_dim element_bits")),
+    "KIVI bytes rounded per layer and head": (Q, "CeilOnce", _kv(P.kv_quantized, _kivi_per_head_bytes, _KIVI_NAMES)),
+    "Mamba-2 bytes rounded per layer": (M, "CeilOnce", _kv(P.mamba2_state, lambda c: c["layers"] * P.to_bytes(
+        P.mamba2_layer_bits(*(c[n] for n in _MAMBA_NAMES.split()[1:]))), _MAMBA_NAMES)),
+    "Mamba-2 state and conv rounded to bytes apart": (M, "CeilOnce", _kv(P.mamba2_state, _mamba_apart,
+                                                                          _MAMBA_NAMES)),
+    "GDN bytes rounded per layer": (G, "CeilOnce", _kv(P.gated_delta_state, lambda c: c["layers"] * P.to_bytes(
+        P.gated_delta_layer_bits(*(c[n] for n in _GDN_NAMES.split()[1:]))), _GDN_NAMES)),
     "Mamba-2's conv state forgotten": (M, "ConvState", _kv(P.mamba2_state, _mamba(
         lambda h, hd, n, g, k, sb, cb: h * hd * n * sb), _MAMBA_NAMES)),
     "Mamba-2's conv state of x only (no B, C)": (M, "ConvState", _kv(P.mamba2_state, _mamba(
@@ -395,6 +443,8 @@ BUGS = {
         P.expected_experts, _experts_with_replacement)),
     "expected experts by the power as written": (E, "NearOne", _float_op(P.expected_experts,
                                                                         _experts_plain_power)),
+    "no tokens with top_k = experts: 0 * log(0)": (E, "Saturation", _float_op(P.expected_experts,
+                                                                             _experts_log_without_guard)),
     "expected experts as min(E, kB)": (E, "Saturation", _float_op(P.expected_experts, _experts_saturation)),
     "expected tokens with k terms (no bonus token)": (S, "BonusToken", _float_op(P.expected_tokens,
                                                                                  _tokens_k_terms)),
@@ -405,6 +455,7 @@ BUGS = {
     "speedup without the target's step": (SP, "TargetStep", _float_op(P.speedup, _speedup_no_target_step)),
     "phase time summed under max": (PT, "Overlap", _float_op(P.phase_time, _time(lambda c, m, o: c + m))),
     "phase time maxed under sum": (PT, "Overlap", _float_op(P.phase_time, _time(lambda c, m, o: np.maximum(c, m)))),
+    "rates swapped (FLOPs over bandwidth)": (PT, "MemoryBound", _float_op(P.phase_time, _swapped_rates)),
     "the memory time ignored": (PT, "MemoryBound", _float_op(P.phase_time, _time(
         lambda c, m, o: c if o == "max" else c + m))),
     "the compute time ignored": (PT, "ComputeBound", _float_op(P.phase_time, _time(
