@@ -97,6 +97,14 @@ def _decoder_active_without_ends(**inputs):
     return total, active - v * h * (2 - np.asarray(inputs["tied"]).astype(np.int64)) - h
 
 
+def _decoder_norms_per_head(**inputs):
+    """q_norm over every query head and k_norm over every KV head, not one head_dim each."""
+    total, active = P.decoder_params(**inputs)
+    extra = (np.asarray(inputs["layers"]) * np.asarray(inputs["qk_norm"]) * np.asarray(inputs["head_dim"])
+             * (np.asarray(inputs["heads"]) + np.asarray(inputs["kv_heads"]) - 2))
+    return total + extra, active + extra
+
+
 def _decoder_o_by_kv_heads(**inputs):
     total, active = P.decoder_params(**inputs)
     fewer = (np.asarray(inputs["layers"]) * np.asarray(inputs["hidden"]) * np.asarray(inputs["head_dim"])
@@ -349,6 +357,8 @@ BUGS = {
         lambda r, c, f: P.format_bits(r, c, f, table=_table(int4_g128={3: 32}, int4_g128_zp={3: 32},
                                                               int4_g64_hqq={3: 32})))),
     "per-channel FP8 scales counted per column": (T, "ScaleOverhead", _tensor(_channel_per_column_bits)),
+    "per-row scales only for rows with columns": (T, "ScaleOverhead", _tensor(
+        lambda r, c, f: P.format_bits(r, c, f) - r * (c == 0) * P.FORMATS[f][5])),
     "blocks over the flattened tensor": (T, "BlockAxis", _tensor(_flattened_bits)),
     "DeepSeek's 128x128 blocks counted as 1x128": (T, "BlockAxis", _tensor(
         lambda r, c, f: P.format_bits(r, c, f, table=_table(float8_block128={2: 1})))),
@@ -360,6 +370,7 @@ BUGS = {
     "k and v sized by heads (MHA for GQA)": (D, "GQA", _decoder_with(kv_heads=_pick["heads"])),
     "o_proj sized by kv_heads": (D, "GQA", _decoder_o_by_kv_heads),
     "Qwen3's q/k RMSNorms forgotten": (D, "QkNorm", _decoder_with(qk_norm=lambda i: np.zeros_like(i["qk_norm"]))),
+    "Qwen3's q/k norms counted per head": (D, "QkNorm", _decoder_norms_per_head),
     "Qwen2's q/k/v biases forgotten": (D, "AttentionBias", _decoder_with(bias=lambda i: np.zeros_like(i["bias"]))),
     "k and v biases sized by heads": (D, "AttentionBias", _decoder_bias_by_heads),
     "all experts counted active": (D, "ActiveExperts", _decoder_with(top_k=_pick["experts"])),
@@ -376,6 +387,9 @@ BUGS = {
         c, "exact" if causal == "full" else causal))),
     "attention products over the KV heads": (F, "GQA", _forward(pairs=lambda c, causal: P.pair_flops(
         {**c, "heads": c["kv_heads"]}, causal))),
+    "each new token sees context + 1 keys": (F, "CausalPairs", _forward(pairs=lambda c, causal: P.pair_flops(
+        {**c, "context": c["context"] + 1, "tokens": c["tokens"]}, "full") - 4 * c["heads"] * c["head_dim"]
+        * c["tokens"] * c["tokens"] if causal == "exact" else P.pair_flops(c, causal))),
     "LM head on every token under last": (F, "LmHead", _forward(lm=_lm_every_token)),
     "LM head never counted": (F, "LmHead", _forward(lm=_lm_never)),
     "LM head counted for zero new tokens": (F, "LmHead", _forward(lm=_lm_even_for_no_tokens)),
@@ -406,6 +420,8 @@ BUGS = {
     "parameters through float64": (D, "Int64", _through_float64(P.decoder_params)),
     "KIVI's partial value group floored": (Q, "PartialGroup", _kv(
         P.kv_quantized, _kivi(head_bits=_kivi_partial_group_floored), _KIVI_NAMES)),
+    "every KIVI token quantized": (Q, "KiviResidual", _kv(P.kv_quantized, _kivi(
+        split=lambda t, g, r: (t, 0 * t)), _KIVI_NAMES)),
     "KIVI's residual window not subtracted": (Q, "KiviResidual", _kv(
         P.kv_quantized, _kivi(split=_kivi_split_no_residual), _KIVI_NAMES)),
     "KIVI tokens quantized without whole groups": (Q, "KiviResidual", _kv(
@@ -428,6 +444,8 @@ BUGS = {
         lambda h, hd, n, g, k, sb, cb: h * hd * n * sb), _MAMBA_NAMES)),
     "Mamba-2's conv state of x only (no B, C)": (M, "ConvState", _kv(P.mamba2_state, _mamba(
         lambda h, hd, n, g, k, sb, cb: P.mamba2_layer_bits(h, hd, n, 0 * g, k, sb, cb)), _MAMBA_NAMES)),
+    "Mamba-2's B and C per head (groups ignored)": (M, "ConvState", _kv(P.mamba2_state, _mamba(
+        lambda h, hd, n, g, k, sb, cb: P.mamba2_layer_bits(h, hd, n, h, k, sb, cb)), _MAMBA_NAMES)),
     "Mamba-2's conv state k, not k - 1, columns": (M, "ConvState", _kv(P.mamba2_state, _mamba(
         lambda h, hd, n, g, k, sb, cb: P.mamba2_layer_bits(h, hd, n, g, k + 1, sb, cb)), _MAMBA_NAMES)),
     "Mamba-2's SSM state as heads x d_state": (M, "SsmState", _kv(P.mamba2_state, _mamba(
@@ -435,6 +453,8 @@ BUGS = {
         + (hd - 1) * h * (k - 1) * cb), _MAMBA_NAMES)),
     "GDN's conv state forgotten": (G, "ConvState", _kv(P.gated_delta_state, _gdn(
         lambda kh, vh, kd, vd, k, sb, cb: vh * kd * vd * sb), _GDN_NAMES)),
+    "GDN's conv over v only": (G, "ConvState", _kv(P.gated_delta_state, _gdn(
+        lambda kh, vh, kd, vd, k, sb, cb: P.gated_delta_layer_bits(0 * kh, vh, kd, vd, k, sb, cb)), _GDN_NAMES)),
     "GDN's state sized by key heads": (G, "GQA", _kv(P.gated_delta_state, _gdn(
         lambda kh, vh, kd, vd, k, sb, cb: P.gated_delta_layer_bits(kh, vh, kd, vd, k, sb, cb)
         + (kh - vh) * kd * vd * sb), _GDN_NAMES)),
