@@ -179,7 +179,8 @@ def _probes():
                                                     **{k: v[:1] for k, v in flags.items()})],
         roofline_impls.F: [dict(fwd, causal=c, lm_head=h) for c in ("exact", "half", "full")
                            for h in ("last", "all", "none")]
-        + [dict(one, layers=ints(7), hidden=ints(4097), vocab=ints(151937), tokens=ints(2 ** 20 + 1), causal="exact", lm_head="all")],
+        + [dict(one, layers=ints(7), hidden=ints(4097), vocab=ints(151937), tokens=ints(2 ** 20 + 1),
+                causal="exact", lm_head="all")],
         roofline_impls.KV: [dict(tokens=ints(1, 3, 5, 2 ** 53 + 1), layers=ints(36, 2, 1, 1), kv_heads=ints(8, 3, 1, 1),
                                  head_dim=ints(128, 5, 1, 1), v_head_dim=ints(128, 7, 0, 0),
                                  element_bits=ints(16, 3, 3, 8))],
@@ -189,8 +190,8 @@ def _probes():
                                 kv_heads=ints(1, 1, 1, 8, 1, 8), head_dim=ints(128, 128, 128, 100, 128, 128),
                                 bits=ints(2, 2, 2, 4, 2, 2), group=ints(32, 32, 32, 32, 128, 32),
                                 residual=ints(128, 128, 128, 128, 0, 128))],
-        roofline_impls.M: [dict(layers=ints(1, 2 ** 20), heads=ints(128, 128), head_dim=ints(64, 64), d_state=ints(128, 128),
-                                groups=ints(8, 8), conv_kernel=ints(4, 1), state_bits=ints(32, 16),
+        roofline_impls.M: [dict(layers=ints(1, 2 ** 20), heads=ints(128, 128), head_dim=ints(64, 64),
+                                d_state=ints(128, 128), groups=ints(8, 8), conv_kernel=ints(4, 1), state_bits=ints(32, 16),
                                 conv_bits=ints(16, 16))],
         roofline_impls.G: [dict(layers=ints(36, 2 ** 24), key_heads=ints(16, 16), value_heads=ints(32, 32),
                                 key_head_dim=ints(128, 128), value_head_dim=ints(128, 128), conv_kernel=ints(4, 4),
