@@ -48,7 +48,8 @@ class Attention:
 
     qk_norm: an RMSNorm of head_dim on q and k (Qwen3); bias: q/k/v projection biases
     (Qwen2); output_gate: q_proj also produces a sigmoid gate of heads * v_head_dim
-    (Qwen3-Next's gated attention)."""
+    (Qwen3-Next's gated attention); out_bias: an o_proj bias too (Llama's and Qwen3's
+    attention_bias puts a bias on all four projections; Qwen2's only on q, k and v)."""
 
     heads: int
     kv_heads: int
@@ -58,6 +59,7 @@ class Attention:
     bias: bool = False
     output_gate: bool = False
     window: int | None = None  # sliding window (tokens a query sees, itself included); None: full
+    out_bias: bool = False
 
     def __post_init__(self):
         _positive("Attention", heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim)
@@ -91,13 +93,15 @@ class MLA:
 @dataclass(frozen=True)
 class Mamba2:
     """Mamba-2 (arXiv 2405.21060): d_inner = heads * head_dim, B and C of d_state per
-    group, a causal conv1d of conv_kernel taps over x, B and C."""
+    group, a causal conv1d of conv_kernel taps over x, B and C (conv_bias: with a bias
+    per channel, as Mamba-2 and Nemotron-H have by default)."""
 
     heads: int
     head_dim: int
     d_state: int
     groups: int
     conv_kernel: int
+    conv_bias: bool = True
 
     def __post_init__(self):
         _positive("Mamba2", heads=self.heads, head_dim=self.head_dim, d_state=self.d_state, groups=self.groups,
