@@ -8,7 +8,7 @@ Rows of `stacked_kv(model, tokens)` (model: its attention layers are GQA, one sh
                         elements, per layer-token, 16 bits (Ji et al., arXiv 2502.14837:
                         the converted layer caches the latent c_kv [r] and, per KV head,
                         the 2p dims of its p kept RoPE frequency pairs; Qwen3-8B's 128 is
-                        8 KV heads x 2 x 8 pairs; with r = 512: 640 elements, not 4096)
+                        8 KV heads x 2 x 8 pairs; with r = 512: 640 elements, where GQA caches 2048)
   + 4-bit               the same elements at `bits` bits, no scales (the tutorial's figure)
   + 4-bit with scales   plus a float16 scale and a float16 zero point per group of `group`
                         elements of a token (KIVI's per-token grouping of values, arXiv

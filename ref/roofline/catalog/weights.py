@@ -31,6 +31,8 @@ FLAGS = {
                         "empty tensor", "bytes off by 4 per tensor (or more)"),
     "BlockAxis": Flag("blocks counted over the flattened tensor instead of along each row",
                       "a matrix whose rows are not whole blocks gets too few scales"),
+    "ElementBits": Flag("the element width of another format (FP8 as 2 bytes, FP4 codes one per byte, unpacked)",
+                        "a model's bytes off by 2x: a 4-bit checkpoint sized as 8-bit"),
     "CeilOnce": Flag("bytes rounded up per row or per block, then summed, instead of once per tensor",
                      "a 4-bit tensor of odd rows gains half a byte per row"),
 }
@@ -58,7 +60,7 @@ def _vectors() -> list[VectorSpec]:
     for name, f in FORMATS.items():
         scaled = ("ScaleOverhead",) if (f.block or f.row_bits or f.tensor_bits) else ()
         tensor = ("TensorScale",) if f.tensor_bits else ()
-        add(f"Qwen3-8B's q_proj [4096, 4096] and down_proj [4096, 12288] ({name})", scaled + tensor,
+        add(f"Qwen3-8B's q_proj [4096, 4096] and down_proj [4096, 12288] ({name})", ("ElementBits",) + scaled + tensor,
             _case([4096, 4096], [4096, 12288], name))
         add(f"one weight [1, 1] ({name}): one partial block, one row, one tensor scale",
             scaled + tensor + (("PartialBlock",) if f.block else ()), _case(1, 1, name))
