@@ -199,7 +199,7 @@ def _probes():
         roofline_impls.E: [dict(experts=ints(128, 128, 8, 3 * 2 ** 38), top_k=ints(8, 8, 8, 1),
                                 tokens=ints(1, 32, 3, 2 ** 20))],
         roofline_impls.S: [dict(alpha=f64([0.8, 1.0, 1 - 1e-12]), k=ints(4, 4, 4))],
-        roofline_impls.SP: [dict(alpha=f64([0.8, 1.0]), k=ints(4, 4), cost=f64([0.1, 0.0]))],
+        roofline_impls.SP: [dict(alpha=f64([0.8, 1.0, 1 - 2.0 ** -40]), k=ints(4, 4, 4), cost=f64([0.1, 0.0, 0.0]))],
         roofline_impls.PT: [dict(flops=f64([1e15, 1e9]), bytes=f64([8e9, 8e12]), peak_flops=f64([4.5e15] * 2),
                                  bandwidth=f64([8e12] * 2), overlap=o) for o in ("max", "sum")],
     }.items()}

@@ -363,6 +363,12 @@ BUGS = {
     "DeepSeek's 128x128 blocks counted as 1x128": (T, "BlockAxis", _tensor(
         lambda r, c, f: P.format_bits(r, c, f, table=_table(float8_block128={2: 1})))),
     "each row rounded to whole bytes": (T, "CeilOnce", _tensor(_per_row_bytes_bits)),
+    "FP4 and INT4 codes one per byte (unpacked)": (T, "ElementBits", _tensor(
+        lambda r, c, f: P.format_bits(r, c, f, table=_table(**{n: {0: 8} for n, row in P.FORMATS.items()
+                                                                if row[0] == 4})))),
+    "FP8 elements counted as 2 bytes": (T, "ElementBits", _tensor(
+        lambda r, c, f: P.format_bits(r, c, f, table=_table(**{n: {0: 16} for n, row in P.FORMATS.items()
+                                                                if row[0] == 8})))),
     "int32 arithmetic wraps past 2^31": (T, "Int64", _int32_tensor),
     # params.decoder
     "a tied embedding counted again as the LM head": (D, "TiedEmbeddings", _decoder_with(
@@ -473,6 +479,10 @@ BUGS = {
     "alpha = 1 divides 0 by 0": (S, "AlphaOne", _float_op(P.expected_tokens, _tokens_alpha_one_nan)),
     "speedup with k terms": (SP, "BonusToken", _float_op(P.speedup, _speedup_k_terms)),
     "speedup without the target's step": (SP, "TargetStep", _float_op(P.speedup, _speedup_no_target_step)),
+    "speedup by the closed form near alpha = 1": (SP, "NearOne", _float_op(P.speedup, lambda alpha, k, cost, **_: (
+        _tokens_plain_closed_form(alpha, k) / (np.asarray(k) * np.asarray(cost) + 1.0)))),
+    "speedup's alpha = 1 divides 0 by 0": (SP, "AlphaOne", _float_op(P.speedup, lambda alpha, k, cost, **_: (
+        _tokens_alpha_one_nan(alpha, k) / (np.asarray(k) * np.asarray(cost) + 1.0)))),
     "phase time summed under max": (PT, "Overlap", _float_op(P.phase_time, _time(lambda c, m, o: c + m))),
     "phase time maxed under sum": (PT, "Overlap", _float_op(P.phase_time, _time(lambda c, m, o: np.maximum(c, m)))),
     "rates swapped (FLOPs over bandwidth)": (PT, "MemoryBound", _float_op(P.phase_time, _swapped_rates)),
