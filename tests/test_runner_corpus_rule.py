@@ -15,7 +15,7 @@ from pathlib import Path
 import corpus
 import numpy as np
 import pytest
-from corpus import attention_impls, attention_tiled, formats_impls, groups_layouts, kernel_bugs
+from corpus import attention_impls, attention_tiled, formats_impls, groups_layouts, kernel_bugs, roofline_impls
 
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
@@ -48,13 +48,15 @@ def _entries():
     for name, (bugs, precision, flag) in attention_tiled.TILE_BUGS.items():
         out["TILE_BUGS", name] = (lambda b=bugs, p=precision: attention_tiled.tiled_impl(b, p), flag,
                                   ["attention.attend"])
+    for name, (op, flag, _) in roofline_impls.BUGS.items():
+        out["roofline BUGS", name] = (lambda n=name: roofline_impls.bug(n), flag, [op])
     return out
 
 
 ENTRIES = _entries()
 REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
               "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
-              "stochastic": {"BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes

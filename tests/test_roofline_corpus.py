@@ -1,0 +1,235 @@
+"""The default run's roofline calculators (ref.conformance.adapters.numpy_roofline)
+hold their definitions, checked from first principles and the tutorial's and model
+cards' published figures (not against the oracles); the Python-int alternative agrees
+with them on drawn inputs; every wrong calculator of tests/corpus/roofline_impls.py
+gives a different answer somewhere (so none is a no-op), and with the catalog
+present both correct calculators pass it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corpus import roofline_impls
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ref.conformance.adapters import numpy_roofline as R
+from ref.conformance.catalog import discover
+from ref.conformance.implementation import Implementation
+from ref.conformance.runner import run
+
+I64 = np.int64
+
+
+def ints(*values):
+    return np.asarray(values, I64)
+
+
+# Qwen3-8B's config.json: 36 layers, hidden 4096, 32 q / 8 KV heads of 128, MLP 12288,
+# vocab 151936, untied, q/k norms.
+QWEN3_8B = dict(layers=ints(36), hidden=ints(4096), heads=ints(32), kv_heads=ints(8), head_dim=ints(128),
+                intermediate=ints(12288), experts=ints(0), top_k=ints(0), expert_intermediate=ints(0),
+                shared_intermediate=ints(0), vocab=ints(151936))
+QWEN3_8B_FLAGS = dict(tied=np.bool_([False]), qk_norm=np.bool_([True]), bias=np.bool_([False]),
+                      shared_gate=np.bool_([False]))
+# Qwen3-30B-A3B: 48 layers, hidden 2048, 32 q / 4 KV heads of 128, 128 experts of 768, top-8.
+QWEN3_30B_A3B = dict(layers=ints(48), hidden=ints(2048), heads=ints(32), kv_heads=ints(4), head_dim=ints(128),
+                     intermediate=ints(0), experts=ints(128), top_k=ints(8), expert_intermediate=ints(768),
+                     shared_intermediate=ints(0), vocab=ints(151936))
+
+
+def test_parameter_counts_match_the_model_cards():
+    total, active = R.decoder_params(**QWEN3_8B, **QWEN3_8B_FLAGS)
+    assert round(total[0] / 1e9, 1) == 8.2 and total[0] == active[0]  # Qwen3-8B card: "Number of Parameters: 8.2B"
+    total, active = R.decoder_params(**QWEN3_30B_A3B, **QWEN3_8B_FLAGS)
+    # Qwen3-30B-A3B card: "30.5B in total and 3.3B activated"; the tutorial: 3.35B active.
+    assert round(total[0] / 1e9, 1) == 30.5 and round(active[0] / 1e9, 2) == 3.35
+
+
+def test_kv_bytes_per_token_match_the_tutorial():
+    # The tutorial: Qwen3-8B 147,456 B/token (36*8*128*2*2); 70B class (80 layers) 327,680.
+    got = R.kv_attention(ints(1, 1), ints(36, 80), ints(8, 8), ints(128, 128), ints(128, 128), ints(16, 16))
+    assert got.tolist() == [147456, 327680]
+    # MLA: 512-d latent + 64-d RoPE key = 576 elements per layer-token, one "head".
+    assert R.kv_mla(ints(1), ints(1), ints(512), ints(64), ints(16)).tolist() == [576 * 2]
+
+
+def test_prefill_and_decode_flops_match_the_tutorial():
+    # The tutorial's ~1.03 PFLOP prefill at 40k: causal counted as half the square, LM head not counted.
+    common = dict(QWEN3_8B, context=ints(0), tokens=ints(40000))
+    assert round(R.forward_flops(**common, causal="half", lm_head="none")[0] / 1e15, 2) == 1.03
+    # A decode step's weight FLOPs are 2 FLOPs per weight read, LM head included (~16 GFLOP)
+    # when attention is left out (context 0: its one self pair is 4*heads*head_dim per layer).
+    step = R.forward_flops(**dict(QWEN3_8B, context=ints(0), tokens=ints(1)))[0]
+    total, _ = R.decoder_params(**QWEN3_8B, **QWEN3_8B_FLAGS)
+    norms = 36 * (2 * 4096 + 2 * 128) + 4096  # RMSNorm weights: read, not multiplied
+    embedding = 151936 * 4096  # a lookup
+    assert step == 2 * (total[0] - norms - embedding) + 36 * 4 * 32 * 128
+
+
+def test_tensor_bytes_by_hand():
+    # NVFP4 3 x 17: 51 codes of 4 bits, 2 blocks of 16 per row with an 8-bit scale each, one FP32: 284 bits.
+    assert R.tensor_bytes(ints(3), ints(17), format="nvfp4").tolist() == [36]
+    # DeepSeek's 128x128 blocks: 129 x 129 has 2 x 2 blocks, FP32 scales: 129*129 + 4*4 bytes.
+    assert R.tensor_bytes(ints(129), ints(129), format="float8_block128").tolist() == [129 * 129 + 16]
+    # An empty tensor has no per-tensor scale; per-channel scales stay per row.
+    assert R.tensor_bytes(ints(0, 5), ints(5, 0), format="nvfp4").tolist() == [0, 0]
+    assert R.tensor_bytes(ints(5), ints(0), format="float8_channel").tolist() == [20]
+    # 4.5 bits per element for a large NVFP4 matrix (the tutorial's "8B at 4 bits ~4.5 GB").
+    assert R.tensor_bytes(ints(4096), ints(4096), format="nvfp4")[0] == 4096 * 4096 * 9 // 16 + 4
+
+
+def test_kivi_by_hand():
+    # group 32, residual 128, head_dim 128, 2 bits: 300 tokens quantize 160 (5 groups), keep 140.
+    bits = 2 * 160 * 128 * 2 + 5 * 128 * 32 + 160 * 4 * 32 + 140 * 2 * 128 * 16
+    assert R.kv_quantized(ints(300), ints(1), ints(1), ints(128), ints(2), ints(32), ints(128)).tolist() == [bits // 8]
+    # below the residual window nothing is quantized
+    assert R.kv_quantized(ints(100), ints(1), ints(1), ints(128), ints(2), ints(32), ints(128)).tolist() == [
+        100 * 2 * 128 * 2]
+
+
+def test_recurrent_state_by_hand():
+    # Mamba-2, one layer: 128 heads x 64 x 128 at 32 bits, conv (128*64 + 2*8*128) x 3 at 16 bits.
+    assert R.mamba2_state(*(ints(x) for x in (1, 128, 64, 128, 8, 4, 32, 16))).tolist() == [
+        (128 * 64 * 128 * 32 + (128 * 64 + 2 * 8 * 128) * 3 * 16) // 8]
+    assert R.gated_delta_state(*(ints(x) for x in (1, 16, 32, 128, 128, 1, 32, 16))).tolist() == [
+        32 * 128 * 128 * 4]
+
+
+def test_serving_formulas_match_the_tutorial():
+    # (1 - a^(k+1)) / (1 - a) = 3.36 at a = 0.8, k = 4; alpha = 1 gives k + 1.
+    got = R.expected_tokens(np.float64([0.8, 1.0, 0.0]), ints(4, 4, 4))
+    assert round(got[0], 2) == 3.36 and got[1:].tolist() == [5.0, 1.0]
+    # near 1 the sum is k + 1 - (k(k+1)/2) eps to first order
+    eps = 2.0 ** -40
+    assert R.expected_tokens(np.float64([1 - eps]), ints(4))[0] == pytest.approx(5 - 10 * eps, rel=1e-15, abs=0)
+    # one token touches top_k experts, k = E touches all, no tokens none
+    assert R.expected_experts(ints(128, 8, 8), ints(8, 8, 8), ints(1, 5, 0)).tolist() == [8.0, 8.0, 0.0]
+    # B200 prefill at 40k: 1.03 PFLOP at 4.5 PFLOP/s is ~0.23 s; the weights' bytes hide under it
+    t = R.phase_time(np.float64([1.03e15]), np.float64([16.4e9]), np.float64([4.5e15]), np.float64([8e12]))
+    assert round(t[0], 2) == 0.23
+
+
+@pytest.mark.parametrize("bad, kind", [
+    (dict(tokens=ints(-1)), ValueError),
+    (dict(tokens=np.float64([1.0])), TypeError),
+    (dict(tokens=np.bool_([True])), TypeError),
+    (dict(tokens=ints(1, 2)), ValueError),  # shape differs
+    (dict(tokens=ints(2 ** 62), layers=ints(80)), ValueError),  # past int64
+])
+def test_invalid_counts_are_refused(bad, kind):
+    inputs = dict(tokens=ints(1), layers=ints(36), kv_heads=ints(8), head_dim=ints(128), v_head_dim=ints(128),
+                  element_bits=ints(16))
+    with pytest.raises(kind):
+        R.kv_attention(**{**inputs, **bad})
+
+
+def test_bits_past_int64_whose_bytes_fit_are_counted():
+    big = (1 << 63) - 1  # bits = 8 x (2^63 - 1): past int64, bytes fit
+    assert R.kv_attention(ints(big), ints(1), ints(1), ints(1), ints(0), ints(8)).tolist() == [big]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 40), min_size=7, max_size=7), st.integers(1, 300), st.integers(1, 6))
+def test_two_independent_calculators_agree(counts, group, layers_factor):
+    tokens, heads, head_dim, bits, residual, rows, cols = counts
+    py = roofline_impls.python_int_ops()
+    args = dict(tokens=ints(tokens % 100000), layers=ints(layers_factor), kv_heads=ints(heads % 64 + 1),
+                head_dim=ints(head_dim % 300), bits=ints(bits % 9), group=ints(group), residual=ints(residual % 500))
+    assert py[roofline_impls.Q](**args).tolist() == R.kv_quantized(**args).tolist()
+    for fmt in R.FORMATS:
+        shape = dict(rows=ints(rows % 5000), cols=ints(cols % 5000))
+        assert py[roofline_impls.T](**shape, format=fmt).tolist() == R.tensor_bytes(**shape, format=fmt).tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 5000))
+def test_a_prefill_in_two_chunks_costs_one_prefill(first, second, context):
+    """Exact pair counts chain: chunk two sees chunk one as context (LM head left out)."""
+    def flops(tokens, ctx):
+        return R.forward_flops(**dict(QWEN3_8B, tokens=ints(tokens), context=ints(ctx)), lm_head="none")[0]
+    assert flops(first, context) + flops(second, context + first) == flops(first + second, context)
+
+
+def _probes():
+    dec = dict(layers=ints(36, 48, 2, 24), hidden=ints(4096, 2048, 2 ** 20, 896), heads=ints(32, 32, 4, 14),
+               kv_heads=ints(8, 4, 2, 2), head_dim=ints(128, 128, 64, 64), intermediate=ints(12288, 0, 0, 4864),
+               experts=ints(0, 128, 60, 0), top_k=ints(0, 8, 4, 0), expert_intermediate=ints(0, 768, 1408, 0),
+               shared_intermediate=ints(0, 0, 5632, 0), vocab=ints(151936, 151936, 1000, 151936))
+    flags = dict(tied=np.bool_([0, 0, 0, 1]), qk_norm=np.bool_([1, 1, 0, 0]), bias=np.bool_([0, 0, 0, 1]),
+                 shared_gate=np.bool_([0, 0, 1, 0]))
+    fwd = dict(dec, tokens=ints(40000, 1, 3, 0), context=ints(0, 40000, 5, 7))
+    one = {k: v[:1] for k, v in fwd.items()}
+    f64 = np.float64
+    # the vectors proposed to the catalog owners for the CeilOnce gaps (one rounding, over every layer)
+    odd = {roofline_impls.ML: dict(tokens=ints(3), layers=ints(3), kv_lora_rank=ints(3), qk_rope_head_dim=ints(0),
+                                   element_bits=ints(5)),
+           roofline_impls.Q: dict(tokens=ints(5), layers=ints(2), kv_heads=ints(3), head_dim=ints(1), bits=ints(3),
+                                  group=ints(1), residual=ints(0)),
+           roofline_impls.M: dict(layers=ints(3), heads=ints(1), head_dim=ints(1), d_state=ints(1), groups=ints(1),
+                                  conv_kernel=ints(2), state_bits=ints(4), conv_bits=ints(3)),
+           roofline_impls.G: dict(layers=ints(3), key_heads=ints(1), value_heads=ints(1), key_head_dim=ints(1),
+                                  value_head_dim=ints(1), conv_kernel=ints(2), state_bits=ints(3), conv_bits=ints(3)),
+           roofline_impls.E: dict(experts=ints(8), top_k=ints(8), tokens=ints(0))}
+    return {op: probes + [odd[op]] if op in odd else probes for op, probes in {
+        roofline_impls.T: [dict(rows=ints(4096, 3, 0, 5, 129, 2 ** 20), cols=ints(4096, 17, 5, 0, 200, 2 ** 20),
+                                format=f) for f in R.FORMATS],
+        roofline_impls.D: [dict(dec, **flags), dict({k: v[:1] for k, v in dec.items()}, layers=ints(10_000_019),
+                                                    hidden=ints(65537), vocab=ints(1_000_003),
+                                                    **{k: v[:1] for k, v in flags.items()})],
+        roofline_impls.F: [dict(fwd, causal=c, lm_head=h) for c in ("exact", "half", "full")
+                           for h in ("last", "all", "none")]
+        + [dict(one, layers=ints(7), hidden=ints(4097), vocab=ints(151937), tokens=ints(2 ** 20 + 1),
+                causal="exact", lm_head="all")],
+        roofline_impls.KV: [dict(tokens=ints(1, 3, 5, 2 ** 53 + 1), layers=ints(36, 2, 1, 1), kv_heads=ints(8, 3, 1, 1),
+                                 head_dim=ints(128, 5, 1, 1), v_head_dim=ints(128, 7, 0, 0),
+                                 element_bits=ints(16, 3, 3, 8))],
+        roofline_impls.ML: [dict(tokens=ints(1, 2 ** 30), layers=ints(61, 61), kv_lora_rank=ints(512, 512),
+                                 qk_rope_head_dim=ints(64, 64), element_bits=ints(16, 16))],
+        roofline_impls.Q: [dict(tokens=ints(0, 127, 300, 1000, 1000, 10 ** 6), layers=ints(1, 1, 1, 2, 1, 128),
+                                kv_heads=ints(1, 1, 1, 8, 1, 8), head_dim=ints(128, 128, 128, 100, 128, 128),
+                                bits=ints(2, 2, 2, 4, 2, 2), group=ints(32, 32, 32, 32, 128, 32),
+                                residual=ints(128, 128, 128, 128, 0, 128))],
+        roofline_impls.M: [dict(layers=ints(1, 2 ** 20), heads=ints(128, 128), head_dim=ints(64, 64),
+                                d_state=ints(128, 128), groups=ints(8, 8), conv_kernel=ints(4, 1),
+                                state_bits=ints(32, 16), conv_bits=ints(16, 16))],
+        roofline_impls.G: [dict(layers=ints(36, 2 ** 24), key_heads=ints(16, 16), value_heads=ints(32, 32),
+                                key_head_dim=ints(128, 128), value_head_dim=ints(128, 128), conv_kernel=ints(4, 4),
+                                state_bits=ints(32, 32), conv_bits=ints(16, 16))],
+        roofline_impls.E: [dict(experts=ints(128, 128, 8, 3 * 2 ** 38), top_k=ints(8, 8, 8, 1),
+                                tokens=ints(1, 32, 3, 2 ** 20))],
+        roofline_impls.S: [dict(alpha=f64([0.8, 1.0, 1 - 1e-12]), k=ints(4, 4, 4))],
+        roofline_impls.SP: [dict(alpha=f64([0.8, 1.0, 1 - 2.0 ** -40]), k=ints(4, 4, 4), cost=f64([0.1, 0.0, 0.0]))],
+        roofline_impls.PT: [dict(flops=f64([1e15, 1e9]), bytes=f64([8e9, 8e12]), peak_flops=f64([4.5e15] * 2),
+                                 bandwidth=f64([8e12] * 2), overlap=o) for o in ("max", "sum")],
+    }.items()}
+
+
+PROBES = _probes()
+
+
+@pytest.mark.parametrize("name", list(roofline_impls.BUGS))
+def test_every_wrong_calculator_differs_somewhere(name):
+    op, _, kernel = roofline_impls.BUGS[name]
+    differs = False
+    for inputs in PROBES[op]:
+        good, bad = R.OPS[op](**inputs), kernel(**inputs)
+        good, bad = (good if isinstance(good, tuple) else (good,)), (bad if isinstance(bad, tuple) else (bad,))
+        differs |= not all(np.array_equal(g, b, equal_nan=True) for g, b in zip(good, bad))
+    assert differs, f"{name}: the same answers as the correct calculator on every probe"
+
+
+ROOFLINE_OPS = sorted(n for n in discover() if n.startswith("roofline."))
+
+
+@pytest.mark.skipif(not ROOFLINE_OPS, reason="the roofline catalog entries are not merged yet")
+@pytest.mark.parametrize("impl", ["numpy_roofline", "python ints"])
+def test_correct_calculators_pass_the_catalog(impl):
+    if impl == "numpy_roofline":
+        implementation = Implementation(R.NAME, {n: f for n, f in R.OPS.items() if n in ROOFLINE_OPS},
+                                        variants=R.VARIANTS)
+    else:
+        implementation = roofline_impls.python_ints()
+    report = run(implementation, ops=["roofline.*"], examples=10, shrink=False)
+    assert report.ok, report.details()
+    assert set(implementation.ops) <= {r.op for r in report.ops}
