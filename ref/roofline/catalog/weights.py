@@ -63,7 +63,7 @@ def _vectors() -> list[VectorSpec]:
         add(f"Qwen3-8B's q_proj [4096, 4096] and down_proj [4096, 12288] ({name})", ("ElementBits",) + scaled + tensor,
             _case([4096, 4096], [4096, 12288], name))
         add(f"one weight [1, 1] ({name}): one partial block, one row, one tensor scale",
-            scaled + tensor + (("PartialBlock",) if f.block else ()), _case(1, 1, name))
+            ("ElementBits",) + scaled + tensor + (("PartialBlock",) if f.block else ()), _case(1, 1, name))
         add(f"Qwen3-8B's embedding/LM head [151936, 4096]: past 2^31 bits ({name})", ("Int64",) + scaled,
             _case([151936], [4096], name))
         add(f"[2^27, 2^27]: past 2^53 bits ({name})", ("Int64",) + scaled, _case(1 << 27, 1 << 27, name))
