@@ -248,15 +248,22 @@ def test_hybrids_keep_kv_in_a_fraction_of_their_layers(models):
 
 
 def test_counting_helpers():
-    from ref.roofline.counting import ceil_div, counts, flags, to_int64
+    from ref.roofline.counting import at_least, ceil_div, counts, flags, reals, same_shape, to_int64
 
     v = counts("op", a=np.array([1, 2], np.int32), b=np.array([3, 4], np.uint8))
     assert v["a"].dtype == object and (v["a"] * (1 << 62) * 4).tolist() == [1 << 64, 1 << 65]
-    assert flags("op", (2,), "a", tied=np.array([True, False]))["tied"].tolist() == [True, False]
-    with pytest.raises(TypeError, match="tied: expected a bool array"):
-        flags("op", (2,), "a", tied=np.array([1, 0]))
-    with pytest.raises(ValueError, match="tied: expected the shape of a"):
-        flags("op", (2,), "a", tied=np.array(True))
+    with pytest.raises(ValueError, match="op: b: expected counts below 2\\^63"):
+        counts("op", a=np.array([1], np.int64), b=np.array([1 << 63], np.uint64))
+    assert flags("op", tied=np.array([True, False]))["tied"].tolist() == [True, False]
+    with pytest.raises(TypeError, match="op: tied: expected a bool array"):
+        flags("op", tied=np.array([1, 0]))
+    with pytest.raises(ValueError, match="op: tied: expected the shape of a"):
+        same_shape("op", **v, tied=np.array(True))
+    assert reals("op", x=np.float32(0.5))["x"].dtype == np.float64
+    with pytest.raises(ValueError, match="op: x: expected finite values"):
+        reals("op", x=np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match="op: b: expected b >= 4, got 3"):
+        at_least("op", 4, a=v["b"] + 1, b=v["b"])
     assert ceil_div(v["a"] * 7, 8).tolist() == [1, 2]
     assert to_int64(v["a"] * 3, "op", v).dtype == np.int64
     with pytest.raises(ValueError, match="op: the result does not fit int64 for these inputs \\(a, b\\)"):

@@ -10,8 +10,8 @@ Modules: `config` (the schema: Model, Block, mixers, FFNs, Source), `hardware` a
 `weights`, `kv`, `flops` (exact integer accounting; the catalog's exact ops),
 `perf`, `moe`, `specdec`, `disagg`, `stacking` (the roofline and serving formulas;
 the catalog's bounded ops), `tour` (the tour's figures recomputed), `plots` (SVG,
-standard library only). `counting`, `operands` and `emulate` hold the argument checks
-and the bounded ops' same-precision evaluations.
+standard library only). `counting` holds the argument checks of every array op and
+its exact arithmetic, `emulate` the bounded ops' same-precision evaluations.
 """
 
 from ref.roofline.config import MLA, MLP, Attention, Block, GatedDeltaNet, Mamba2, Model, MoE, Source

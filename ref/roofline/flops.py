@@ -32,7 +32,7 @@ import numpy as np
 
 from ref.arguments import integer, member
 from ref.roofline.config import MLA, MLP, Attention, GatedDeltaNet, Mamba2, Model, MoE
-from ref.roofline.counting import counts, to_int64
+from ref.roofline.counting import counts, decoder_config, to_int64
 
 __all__ = ["Causal", "LmHead", "MlaForm", "attention_pairs", "forward_flops", "forward_flops_decoder"]
 
@@ -111,7 +111,7 @@ def forward_flops_decoder(tokens, context, layers, hidden, heads, kv_heads, head
     v = counts(op, tokens=tokens, context=context, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                head_dim=head_dim, intermediate=intermediate, experts=experts, top_k=top_k,
                expert_intermediate=expert_intermediate, shared_intermediate=shared_intermediate, vocab=vocab)
-    _check_decoder(v)
+    decoder_config(op, v)
     t, h, d = v["tokens"], v["hidden"], v["head_dim"]
     projections = h * v["heads"] * d * 2 + h * v["kv_heads"] * d * 2  # q, o; k, v
     attention_x2 = 2 * v["heads"] * (d + d) * _pairs_x2(t, v["context"], causal)
@@ -120,23 +120,6 @@ def forward_flops_decoder(tokens, context, layers, hidden, heads, kv_heads, head
     per_layer = 2 * t * (projections + ffn) + attention_x2 // 2  # even: exact
     total = v["layers"] * per_layer + 2 * h * v["vocab"] * _lm_positions(t, lm_head)
     return to_int64(total, op, v)
-
-
-def _check_decoder(v: dict[str, np.ndarray]) -> None:
-    def bad(mask) -> bool:
-        return bool(np.any(np.asarray(mask, dtype=bool)))
-
-    if bad(v["kv_heads"] < 1) or bad(v["heads"] % np.maximum(v["kv_heads"], 1) != 0):
-        raise ValueError("kv_heads: expected kv_heads >= 1 dividing heads (GQA groups)")
-    moe = v["experts"] > 0
-    if bad(moe & (v["intermediate"] != 0)):
-        raise ValueError("intermediate: expected 0 for a MoE model (experts > 0); its FFN is expert_intermediate")
-    if bad(moe & ((v["top_k"] < 1) | (v["top_k"] > v["experts"]))):
-        raise ValueError("top_k: expected 1 <= top_k <= experts for a MoE model")
-    dense = np.logical_not(moe)
-    if bad(dense & ((v["top_k"] != 0) | (v["expert_intermediate"] != 0) | (v["shared_intermediate"] != 0))):
-        raise ValueError("top_k: expected top_k, expert_intermediate and shared_intermediate 0 for a dense "
-                         "model (experts == 0)")
 
 
 def _mixer_flops(m, hidden: int, tokens: int, context: int, causal: Causal, mla: MlaForm) -> int:

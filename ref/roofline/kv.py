@@ -22,7 +22,7 @@ import numpy as np
 
 from ref.arguments import integer
 from ref.roofline.config import MLA, Attention, GatedDeltaNet, Mamba2, Model
-from ref.roofline.counting import ceil_div, counts, to_int64
+from ref.roofline.counting import at_least, ceil_div, counts, to_int64
 
 __all__ = ["gated_delta_state_bytes", "kv_attention_bytes", "kv_bits", "kv_bytes", "kv_mla_bytes", "kv_quantized_bytes",
            "mamba2_state_bytes", "state_bytes"]
@@ -69,8 +69,7 @@ def kv_quantized_bytes(tokens, layers, kv_heads, head_dim, bits, group, residual
     op = "roofline.kv_bytes.quantized"
     v = counts(op, tokens=tokens, layers=layers, kv_heads=kv_heads, head_dim=head_dim, bits=bits, group=group,
                residual=residual)
-    if v["group"].size and min(v["group"].ravel().tolist()) < 1:
-        raise ValueError(f"group: expected group >= 1 (tokens or channels per scale), got {v['group'].min()}")
+    at_least(op, 1, group=v["group"])  # tokens or channels per scale
     t, d, g = v["tokens"], v["head_dim"], v["group"]
     aged = t - v["residual"]
     aged = aged * (aged > 0)  # max(tokens - residual, 0)
@@ -91,7 +90,7 @@ def mamba2_state_bytes(layers, heads, head_dim, d_state, groups, conv_kernel, st
     op = "roofline.state_bytes.mamba2"
     v = counts(op, layers=layers, heads=heads, head_dim=head_dim, d_state=d_state, groups=groups,
                conv_kernel=conv_kernel, state_bits=state_bits, conv_bits=conv_bits)
-    _kernel_at_least_one(v["conv_kernel"])
+    at_least(op, 1, conv_kernel=v["conv_kernel"])  # taps of the causal conv1d
     ssm = v["heads"] * v["head_dim"] * v["d_state"] * v["state_bits"]
     conv = (v["heads"] * v["head_dim"] + 2 * v["groups"] * v["d_state"]) * (v["conv_kernel"] - 1) * v["conv_bits"]
     return to_int64(ceil_div(v["layers"] * (ssm + conv), 8), op, v)
@@ -106,17 +105,11 @@ def gated_delta_state_bytes(layers, key_heads, value_heads, key_head_dim, value_
     op = "roofline.state_bytes.gated_delta"
     v = counts(op, layers=layers, key_heads=key_heads, value_heads=value_heads, key_head_dim=key_head_dim,
                value_head_dim=value_head_dim, conv_kernel=conv_kernel, state_bits=state_bits, conv_bits=conv_bits)
-    _kernel_at_least_one(v["conv_kernel"])
+    at_least(op, 1, conv_kernel=v["conv_kernel"])  # taps of the causal conv1d
     state = v["value_heads"] * v["key_head_dim"] * v["value_head_dim"] * v["state_bits"]
     conv_dim = 2 * v["key_heads"] * v["key_head_dim"] + v["value_heads"] * v["value_head_dim"]
     conv = conv_dim * (v["conv_kernel"] - 1) * v["conv_bits"]
     return to_int64(ceil_div(v["layers"] * (state + conv), 8), op, v)
-
-
-def _kernel_at_least_one(conv_kernel: np.ndarray) -> None:
-    if conv_kernel.size and min(conv_kernel.ravel().tolist()) < 1:
-        raise ValueError(f"conv_kernel: expected conv_kernel >= 1 (taps of the causal conv1d), "
-                         f"got {conv_kernel.min()}")
 
 
 def _model(model) -> Model:

@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer
 from ref.roofline.config import Model
-from ref.roofline.operands import counts, same_shape
+from ref.roofline.counting import at_least, counts
 from ref.roofline.weights import KEEP, tensor_bytes, weight_table
 
 __all__ = ["expected_experts", "moe_bytes_touched"]
@@ -39,10 +39,8 @@ def expected_experts(experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike) ->
     uniform random `top_k`-subset of `experts` (elementwise; int64 arrays of one
     shape; experts >= 1, 0 <= top_k <= experts, tokens >= 0). tokens = 0 -> 0,
     top_k = experts -> experts (for tokens >= 1)."""
-    e, k, b = counts(_OP, experts=experts, top_k=top_k, tokens=tokens)
-    same_shape(_OP, experts=e, top_k=k, tokens=b)
-    if e.size and int(e.min()) < 1:
-        raise ValueError(f"{_OP}: experts: expected at least 1 expert, got {int(e.min())}")
+    e, k, b = (x.astype(np.int64) for x in counts(_OP, experts=experts, top_k=top_k, tokens=tokens).values())
+    at_least(_OP, 1, experts=e)
     if np.any(k > e):
         raise ValueError(f"{_OP}: top_k: expected top_k <= experts, got top_k {int(k[k > e].flat[0])} "
                          f"with experts {int(e[k > e].flat[0])}")

@@ -24,53 +24,14 @@ LM head are included, as Qwen3-30B-A3B's published 3.3B active counts them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ref.roofline.config import MLA, MLP, Attention, Block, GatedDeltaNet, Mamba2, Model, MoE
+from ref.roofline.counting import counts, decoder_config, flags, same_shape, to_int64
 
-__all__ = ["INT64_MAX", "ParamCounts", "Tensor", "decoder_params", "exact_inputs", "param_counts", "tensors",
-           "to_int64"]
-
-INT64_MAX = (1 << 63) - 1
-
-
-def exact_inputs(op: str, counts: Mapping[str, object], flags: Mapping[str, object] | None = None
-                 ) -> dict[str, np.ndarray]:
-    """The inputs of a counting op as object arrays of Python ints (exact arithmetic).
-
-    counts: integer arrays (any integer dtype, not bool), non-negative; flags: bool
-    arrays. All of one shape (no broadcasting). Errors name the argument."""
-    arrays = {}
-    shape = None
-    first = None
-    for name, value in {**counts, **(flags or {})}.items():
-        arr = np.asarray(value)
-        if name in counts:
-            if arr.dtype.kind not in "iu":
-                raise TypeError(f"{op}: {name}: expected an integer array, got dtype {arr.dtype}")
-        elif arr.dtype.kind != "b":
-            raise TypeError(f"{op}: {name}: expected a bool array, got dtype {arr.dtype}")
-        if shape is None:
-            shape, first = arr.shape, name
-        elif arr.shape != shape:
-            raise ValueError(f"{op}: {name}: expected the shape of {first} {shape}, got {arr.shape} "
-                             "(inputs are not broadcast)")
-        exact = arr.astype(np.int64 if arr.dtype.kind == "b" else arr.dtype).astype(object)
-        if name in counts and np.any(exact < 0):
-            raise ValueError(f"{op}: {name}: expected non-negative counts, got {int(np.min(exact))}")
-        arrays[name] = exact
-    return arrays
-
-
-def to_int64(op: str, value: np.ndarray, what: str) -> np.ndarray:
-    """An object array of exact Python ints as int64, or a ValueError when one does not fit."""
-    value = np.asarray(value, dtype=object)
-    if value.size and np.max(value) > INT64_MAX:
-        raise ValueError(f"{op}: {what}: the result {int(np.max(value))} does not fit int64 (inputs too large)")
-    return value.astype(np.int64)
+__all__ = ["ParamCounts", "Tensor", "decoder_params", "param_counts", "tensors"]
 
 
 def decoder_params(layers, hidden, heads, kv_heads, head_dim, intermediate, experts, top_k, expert_intermediate,
@@ -91,12 +52,13 @@ def decoder_params(layers, hidden, heads, kv_heads, head_dim, intermediate, expe
     kv_heads >= 1 divides heads; a dense model has top_k, expert_intermediate,
     shared_intermediate 0 and shared_gate False; an MoE model 1 <= top_k <= experts."""
     op = "roofline.params.decoder"
-    v = exact_inputs(op, dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                              intermediate=intermediate, experts=experts, top_k=top_k,
-                              expert_intermediate=expert_intermediate, shared_intermediate=shared_intermediate,
-                              vocab=vocab),
-                     dict(tied=tied, qk_norm=qk_norm, bias=bias, shared_gate=shared_gate))
-    _check_decoder(op, v)
+    v = counts(op, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+               intermediate=intermediate, experts=experts, top_k=top_k, expert_intermediate=expert_intermediate,
+               shared_intermediate=shared_intermediate, vocab=vocab)
+    f = flags(op, tied=tied, qk_norm=qk_norm, bias=bias, shared_gate=shared_gate)
+    same_shape(op, **v, **f)
+    v.update((name, arr.astype(np.int64).astype(object)) for name, arr in f.items())  # 0 and 1 in the sums
+    decoder_config(op, v)
     h, hd = v["hidden"], v["head_dim"]
     attention = (h * (v["heads"] + v["kv_heads"]) * hd * 2 + v["bias"] * (v["heads"] + 2 * v["kv_heads"]) * hd
                  + v["qk_norm"] * 2 * hd)
@@ -109,24 +71,7 @@ def decoder_params(layers, hidden, heads, kv_heads, head_dim, intermediate, expe
     per_layer = attention + 2 * h + dense + shared
     total = outer + v["layers"] * (per_layer + routed_total)
     active = outer + v["layers"] * (per_layer + routed_active)
-    return to_int64(op, total, "total"), to_int64(op, active, "active")
-
-
-def _check_decoder(op: str, v: Mapping[str, np.ndarray]) -> None:
-    if np.any(v["kv_heads"] == 0):
-        raise ValueError(f"{op}: kv_heads: expected >= 1")
-    if np.any(v["heads"] % np.where(v["kv_heads"] == 0, 1, v["kv_heads"]) != 0):
-        raise ValueError(f"{op}: heads: expected a multiple of kv_heads")
-    moe = v["experts"] > 0
-    if np.any(moe & (v["intermediate"] != 0)):
-        raise ValueError(f"{op}: intermediate: expected 0 for an MoE model (experts > 0); "
-                         "the experts' width is expert_intermediate")
-    if np.any(moe & ((v["top_k"] < 1) | (v["top_k"] > v["experts"]))):
-        raise ValueError(f"{op}: top_k: expected 1 <= top_k <= experts for an MoE model")
-    dense = ~moe
-    for name in ("top_k", "expert_intermediate", "shared_intermediate", "shared_gate"):
-        if np.any(dense & (v[name] != 0)):
-            raise ValueError(f"{op}: {name}: expected 0 (False) for a dense model (experts == 0)")
+    return to_int64(total, op, v), to_int64(active, op, v)
 
 
 @dataclass(frozen=True)

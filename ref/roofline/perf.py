@@ -36,7 +36,7 @@ from ref.roofline.config import Model
 from ref.roofline.flops import forward_flops
 from ref.roofline.kv import kv_bytes, state_bytes
 from ref.roofline.moe import moe_bytes_touched
-from ref.roofline.operands import reals, same_shape
+from ref.roofline.counting import reals
 from ref.roofline.weights import weight_bytes
 
 __all__ = ["Overlap", "PhaseEstimate", "decode_step", "estimate", "max_batch", "phase_time", "prefill", "ridge"]
@@ -59,8 +59,7 @@ def phase_time(flops: ArrayLike, bytes: ArrayLike, peak_flops: ArrayLike, bandwi
     flops / peak_flops and bytes / bandwidth (overlap="max"), or their sum ("sum").
     No work takes no time."""
     how = member(overlap, Overlap, "overlap")
-    f, b, p, w = reals(_OP, flops=flops, bytes=bytes, peak_flops=peak_flops, bandwidth=bandwidth)
-    same_shape(_OP, flops=f, bytes=b, peak_flops=p, bandwidth=w)
+    f, b, p, w = reals(_OP, flops=flops, bytes=bytes, peak_flops=peak_flops, bandwidth=bandwidth).values()
     for name, arr, positive in (("flops", f, False), ("bytes", b, False), ("peak_flops", p, True),
                                 ("bandwidth", w, True)):
         bad = arr <= 0 if positive else arr < 0

@@ -24,14 +24,14 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.roofline.operands import counts, reals, same_shape
+from ref.roofline.counting import counts, reals, same_shape
 
 __all__ = ["expected_tokens", "speedup"]
 
 
 def _alpha_k(op: str, alpha: ArrayLike, k: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
-    (a,) = reals(op, alpha=alpha)
-    (kk,) = counts(op, k=k)
+    a = reals(op, alpha=alpha)["alpha"]
+    kk = counts(op, k=k)["k"].astype(np.int64)
     same_shape(op, alpha=a, k=kk)
     if np.any((a < 0) | (a > 1)):
         raise ValueError(f"{op}: alpha: expected an acceptance rate in [0, 1], got {a[(a < 0) | (a > 1)].flat[0]}")
@@ -59,7 +59,7 @@ def speedup(alpha: ArrayLike, k: ArrayLike, cost: ArrayLike) -> NDArray[np.float
     time over the target step's. cost = 0 -> expected_tokens."""
     op = "roofline.specdec.speedup"
     a, kk = _alpha_k(op, alpha, k)
-    (c,) = reals(op, cost=cost)
+    c = reals(op, cost=cost)["cost"]
     same_shape(op, alpha=a, cost=c)
     if np.any(c < 0):
         raise ValueError(f"{op}: cost: expected a non-negative time ratio, got {c[c < 0].flat[0]}")

@@ -24,7 +24,8 @@ import numpy as np
 
 from ref.arguments import choice
 from ref.roofline.config import Model, Source
-from ref.roofline.params import Tensor, exact_inputs, tensors, to_int64
+from ref.roofline.counting import ceil_div, counts, to_int64
+from ref.roofline.params import Tensor, tensors
 
 __all__ = ["FORMATS", "KEEP", "WeightFormat", "tensor_bytes", "weight_bytes", "weight_table"]
 
@@ -115,12 +116,12 @@ def tensor_bytes(rows, cols, *, format: str = "bfloat16") -> np.ndarray:  # noqa
     elementwise over int64 arrays of one shape (module docstring: the formula)."""
     op = "roofline.tensor_bytes"
     f = FORMATS[choice(format, "format", list(FORMATS))]
-    v = exact_inputs(op, dict(rows=rows, cols=cols))
+    v = counts(op, rows=rows, cols=cols)
     rows, cols = v["rows"], v["cols"]
-    blocks = 0 if not f.block else -(-rows // f.block_rows) * -(-cols // f.block)
+    blocks = 0 if not f.block else ceil_div(rows, f.block_rows) * ceil_div(cols, f.block)
     bits = (rows * cols * f.element_bits + blocks * (f.scale_bits + f.zero_bits) + rows * f.row_bits
             + f.tensor_bits * (rows * cols > 0))
-    return to_int64(op, -(-np.asarray(bits, dtype=object) // 8), "bytes")
+    return to_int64(ceil_div(bits, 8), op, v)
 
 
 def _format(name: str, arg: str) -> WeightFormat:
