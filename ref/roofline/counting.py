@@ -14,6 +14,7 @@ same_shape(op, **arrays) one shape for all (no broadcasting); counts, flags and 
                          each check their own arguments, an op mixing them calls it too
 at_least(op, minimum, **arrays)   every value >= minimum (a group, a kernel, experts)
 decoder_config(op, v)    a GQA decoder's counts agree with each other (params, flops)
+checked_model(model)     a ref.roofline.config.Model (the model-level functions)
 ceil_div(a, b)           ceil(a / b) of Python ints (object arrays too), b > 0
 to_int64(value, op, inputs)       exact results as int64, or a ValueError naming the
                          op's inputs when one passes 2^63 - 1
@@ -31,7 +32,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["INT64_MAX", "at_least", "ceil_div", "counts", "decoder_config", "flags", "reals", "same_shape", "to_int64"]
+from ref.roofline.config import Model
+
+__all__ = ["INT64_MAX", "at_least", "ceil_div", "checked_model", "counts", "decoder_config", "flags", "reals", "same_shape", "to_int64"]
 
 INT64_MAX = (1 << 63) - 1
 
@@ -116,6 +119,13 @@ def decoder_config(op: str, v: dict[str, np.ndarray]) -> None:
     for name in ("top_k", "expert_intermediate", "shared_intermediate", "shared_gate"):
         if name in v and np.any(~moe & (v[name] != 0)):
             raise ValueError(f"{op}: {name}: expected 0 (False) for a dense model (experts == 0)")
+
+
+def checked_model(model) -> Model:
+    """`model` if it is a ref.roofline.config.Model; a TypeError naming `model` otherwise."""
+    if not isinstance(model, Model):
+        raise TypeError(f"model: expected a ref.roofline.config.Model, got {type(model).__name__}")
+    return model
 
 
 def ceil_div(a, b):

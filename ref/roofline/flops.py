@@ -32,7 +32,7 @@ import numpy as np
 
 from ref.arguments import integer, member
 from ref.roofline.config import MLA, MLP, Attention, GatedDeltaNet, Mamba2, Model, MoE
-from ref.roofline.counting import counts, decoder_config, to_int64
+from ref.roofline.counting import checked_model, counts, decoder_config, to_int64
 
 __all__ = ["Causal", "LmHead", "MlaForm", "attention_pairs", "forward_flops", "forward_flops_decoder"]
 
@@ -189,8 +189,7 @@ def forward_flops(model: Model, tokens: int, context: int = 0, causal: str = "ex
     a chunked prefill kernel does more arithmetic than this (intra-chunk products), not counted.
     MoE: the router, top_k routed experts, shared experts and their gate (1 x hidden).
     """
-    if not isinstance(model, Model):
-        raise TypeError(f"model: expected a ref.roofline.config.Model, got {type(model).__name__}")
+    checked_model(model)
     tokens = integer(tokens, "tokens", minimum=0)
     context = integer(context, "context", minimum=0)
     causal = member(causal, Causal, "causal")

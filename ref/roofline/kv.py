@@ -22,7 +22,7 @@ import numpy as np
 
 from ref.arguments import integer
 from ref.roofline.config import MLA, Attention, GatedDeltaNet, Mamba2, Model
-from ref.roofline.counting import at_least, ceil_div, counts, to_int64
+from ref.roofline.counting import at_least, ceil_div, checked_model, counts, to_int64
 
 __all__ = ["gated_delta_state_bytes", "kv_attention_bytes", "kv_bits", "kv_bytes", "kv_mla_bytes", "kv_quantized_bytes",
            "mamba2_state_bytes", "state_bytes"]
@@ -91,9 +91,15 @@ def mamba2_state_bytes(layers, heads, head_dim, d_state, groups, conv_kernel, st
     v = counts(op, layers=layers, heads=heads, head_dim=head_dim, d_state=d_state, groups=groups,
                conv_kernel=conv_kernel, state_bits=state_bits, conv_bits=conv_bits)
     at_least(op, 1, conv_kernel=v["conv_kernel"])  # taps of the causal conv1d
-    ssm = v["heads"] * v["head_dim"] * v["d_state"] * v["state_bits"]
-    conv = (v["heads"] * v["head_dim"] + 2 * v["groups"] * v["d_state"]) * (v["conv_kernel"] - 1) * v["conv_bits"]
-    return to_int64(ceil_div(v["layers"] * (ssm + conv), 8), op, v)
+    bits = _mamba2_bits(v["heads"], v["head_dim"], v["d_state"], v["groups"], v["conv_kernel"], v["state_bits"],
+                        v["conv_bits"])
+    return to_int64(ceil_div(v["layers"] * bits, 8), op, v)
+
+
+def _mamba2_bits(heads, head_dim, d_state, groups, conv_kernel, state_bits, conv_bits):
+    """One Mamba-2 layer's state bits (ints or object arrays; conv_kernel >= 1)."""
+    conv_dim = heads * head_dim + 2 * groups * d_state
+    return heads * head_dim * d_state * state_bits + conv_dim * (conv_kernel - 1) * conv_bits
 
 
 def gated_delta_state_bytes(layers, key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel, state_bits,
@@ -106,21 +112,20 @@ def gated_delta_state_bytes(layers, key_heads, value_heads, key_head_dim, value_
     v = counts(op, layers=layers, key_heads=key_heads, value_heads=value_heads, key_head_dim=key_head_dim,
                value_head_dim=value_head_dim, conv_kernel=conv_kernel, state_bits=state_bits, conv_bits=conv_bits)
     at_least(op, 1, conv_kernel=v["conv_kernel"])  # taps of the causal conv1d
-    state = v["value_heads"] * v["key_head_dim"] * v["value_head_dim"] * v["state_bits"]
-    conv_dim = 2 * v["key_heads"] * v["key_head_dim"] + v["value_heads"] * v["value_head_dim"]
-    conv = conv_dim * (v["conv_kernel"] - 1) * v["conv_bits"]
-    return to_int64(ceil_div(v["layers"] * (state + conv), 8), op, v)
+    bits = _gated_delta_bits(v["key_heads"], v["value_heads"], v["key_head_dim"], v["value_head_dim"],
+                             v["conv_kernel"], v["state_bits"], v["conv_bits"])
+    return to_int64(ceil_div(v["layers"] * bits, 8), op, v)
 
 
-def _model(model) -> Model:
-    if not isinstance(model, Model):
-        raise TypeError(f"model: expected a ref.roofline.config.Model, got {type(model).__name__}")
-    return model
+def _gated_delta_bits(key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel, state_bits, conv_bits):
+    """One Gated DeltaNet layer's state bits (ints or object arrays; conv_kernel >= 1)."""
+    conv_dim = 2 * key_heads * key_head_dim + value_heads * value_head_dim
+    return value_heads * key_head_dim * value_head_dim * state_bits + conv_dim * (conv_kernel - 1) * conv_bits
 
 
 def kv_bits(model: Model, tokens: int, element_bits: int = 16) -> int:
     """The bits behind `kv_bytes` (exact; before the one rounding to bytes)."""
-    model = _model(model)
+    model = checked_model(model)
     tokens = integer(tokens, "tokens", minimum=0)
     element_bits = integer(element_bits, "element_bits", minimum=0)
     bits = 0
@@ -151,18 +156,16 @@ def state_bytes(model: Model, state_bits: int = 32, conv_bits: int = 16) -> int:
     conv_kernel columns, one more than vLLM's conv_kernel - 1, which this counts).
     vLLM's mamba_ssm_cache_dtype picks the SSM state's dtype (the model dtype by default).
     Give the bits your engine uses."""
-    model = _model(model)
+    model = checked_model(model)
     state_bits = integer(state_bits, "state_bits", minimum=0)
     conv_bits = integer(conv_bits, "conv_bits", minimum=0)
     bits = 0
     for block in model.blocks:
         m = block.mixer
-        if isinstance(m, Mamba2):
-            conv_dim = m.heads * m.head_dim + 2 * m.groups * m.d_state
-            bits += block.count * (m.heads * m.head_dim * m.d_state * state_bits
-                                   + conv_dim * max(m.conv_kernel - 1, 0) * conv_bits)
+        if isinstance(m, Mamba2):  # the config keeps conv_kernel >= 1
+            bits += block.count * _mamba2_bits(m.heads, m.head_dim, m.d_state, m.groups, m.conv_kernel, state_bits,
+                                               conv_bits)
         elif isinstance(m, GatedDeltaNet):
-            conv_dim = 2 * m.key_heads * m.key_head_dim + m.value_heads * m.value_head_dim
-            bits += block.count * (m.value_heads * m.key_head_dim * m.value_head_dim * state_bits
-                                   + conv_dim * max(m.conv_kernel - 1, 0) * conv_bits)
+            bits += block.count * _gated_delta_bits(m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim,
+                                                    m.conv_kernel, state_bits, conv_bits)
     return ceil_div(bits, 8)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ref.roofline.config import MLA, MLP, Attention, Block, GatedDeltaNet, Mamba2, Model, MoE
-from ref.roofline.counting import counts, decoder_config, flags, same_shape, to_int64
+from ref.roofline.counting import checked_model, counts, decoder_config, flags, same_shape, to_int64
 
 __all__ = ["ParamCounts", "Tensor", "decoder_params", "param_counts", "tensors"]
 
@@ -185,8 +185,7 @@ def _block(block: Block, h: int) -> list[Tensor]:
 def tensors(model: Model) -> list[Tensor]:
     """Every weight tensor of `model` (embedding, the blocks' in layer order, final norm,
     LM head unless tied), each with its copies over the block's layers."""
-    if not isinstance(model, Model):
-        raise TypeError(f"model: expected a ref.roofline.config.Model, got {type(model).__name__}")
+    checked_model(model)
     h = model.hidden
     out = [_t("embed_tokens", "embedding", model.vocab, h)]
     for i, block in enumerate(model.blocks):
