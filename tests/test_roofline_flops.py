@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ref.roofline.catalog import flops as flops_catalog
 from ref.roofline.config import MLA, MLP, Attention, Block, GatedDeltaNet, Mamba2, Model, MoE
 from ref.roofline.flops import attention_pairs, forward_flops, forward_flops_decoder
+from ref.roofline.params import decoder_params
 
 QWEN3_8B = flops_catalog.QWEN3_8B
 QWEN3_30B_A3B = flops_catalog.QWEN3_30B_A3B
@@ -140,6 +141,25 @@ def test_inconsistent_configs_are_rejected_naming_the_argument(change, match):
         forward_flops_decoder(2, 0, **flops_catalog.SMALL, causal="quarter")
     with pytest.raises(TypeError, match="hidden"):
         forward_flops_decoder(2, 0, **{**flops_catalog.SMALL, "hidden": 8.0})
+
+
+@pytest.mark.parametrize("change", [
+    dict(kv_heads=0), dict(heads=6, kv_heads=4), dict(top_k=1), dict(expert_intermediate=3),
+    dict(shared_intermediate=3), dict(experts=4, top_k=2), dict(experts=4, top_k=5, intermediate=0),
+])
+def test_params_and_flops_refuse_a_config_with_the_same_words(change):
+    """One consistency check serves both decoder ops: what one refuses the other refuses,
+    naming the same argument in the same words (only the op's name differs)."""
+    config = {**flops_catalog.SMALL, **change}
+    messages = []
+    for call in (lambda: forward_flops_decoder(2, 0, **config),
+                 lambda: decoder_params(**config, tied=False, qk_norm=False, bias=False, shared_gate=False)):
+        with pytest.raises(ValueError) as error:
+            call()
+        messages.append(str(error.value).split(": ", 1))
+    (flops_op, flops_words), (params_op, params_words) = messages
+    assert (flops_op, params_op) == ("roofline.flops.forward", "roofline.params.decoder")
+    assert flops_words == params_words
 
 
 def test_catalog_vectors_are_flagged_and_run():
