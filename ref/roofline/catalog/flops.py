@@ -15,7 +15,9 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.roofline import flops
-from ref.roofline.catalog.kv import ROOFLINE, int_case
+from ref.roofline.catalog.kv import int_case
+from ref.roofline.catalog.params import AREA
+from ref.roofline.catalog.params import FLAGS as DECODER_FLAGS
 from ref.testing.catalog_types import Flag, Variant
 from ref.testing.compare import compare_exact
 from ref.testing.params import variant_params
@@ -38,14 +40,7 @@ FLAGS = {
                          "every decode step is one key short per head and layer"),
     "LmHead": Flag("the LM head's logits counted for every position where only the last is computed, or never",
                    "a prefill's FLOPs off by 2 * hidden * vocab per position: 1.2 GFLOP per token for Qwen3"),
-    "ActiveExperts": Flag("all experts counted as active, or the embedding and LM head left out of the active "
-                          "count", "an MoE model's active parameters are its total (Qwen3-30B-A3B: 30.5B, not 3.3B)"),
-    "SharedExpert": Flag("a shared expert (or its sigmoid gate) forgotten, or counted among the routed ones",
-                         "an MoE model's total and active counts miss 3*hidden*shared_intermediate per layer"),
-    "GQA": Flag("k and v sized by heads (MHA) where kv_heads is smaller",
-                "k_proj and v_proj counted heads/kv_heads times too large"),
-    "Int64": Flag("a count computed in int32 or float64 (wraps past 2^31, rounds past 2^53)",
-                  "a large model's count wraps negative or loses its last digits"),
+    **{name: DECODER_FLAGS[name] for name in ("ActiveExperts", "SharedExpert", "GQA", "Int64")},
 }
 
 INPUTS = ("tokens", "context", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "experts",
@@ -153,7 +148,7 @@ def decoder_configs(supported) -> st.SearchStrategy:
 
 
 OPERATIONS = [
-    ROOFLINE.exact("flops.forward", flops.forward_flops_decoder, anchor="flops", variants=(CAUSAL, LM_HEAD),
+    AREA.exact("flops.forward", flops.forward_flops_decoder, anchor="flops", variants=(CAUSAL, LM_HEAD),
                    summary="FLOPs of a GQA/MoE decoder's forward over new tokens after a context",
                    vectors=forward_vectors, compare=compare_exact, examples=decoder_configs),
 ]

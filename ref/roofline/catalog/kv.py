@@ -18,20 +18,19 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.roofline import kv
-from ref.testing.catalog_types import Area, Flag
+from ref.roofline.catalog.params import AREA
+from ref.roofline.catalog.params import FLAGS as DECODER_FLAGS
+from ref.testing.catalog_types import Flag
 from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS", "configs", "int_case"]
 
-ROOFLINE = Area("roofline", spec="spec/roofline.md")
 BIG = 1 << 62
 
 FLAGS = {
-    "GQA": Flag("k and v sized by heads (MHA) where kv_heads is smaller",
-                "k_proj and v_proj counted heads/kv_heads times too large"),
-    "Int64": Flag("a count computed in int32 or float64 (wraps past 2^31, rounds past 2^53)",
-                  "a large model's count wraps negative or loses its last digits"),
+    "GQA": DECODER_FLAGS["GQA"],
+    "Int64": DECODER_FLAGS["Int64"],
     "CeilOnce": Flag("bits rounded up to bytes per element, per token or per layer instead of once",
                      "sub-byte formats (3-bit, 6-bit) come out a few bytes per token too large"),
     "ValueHeadDim": Flag("values sized by the key head_dim where v_head_dim differs",
@@ -226,7 +225,7 @@ _DIMS = {"tokens": 1 << 20, "layers": 128, "kv_heads": 64, "head_dim": 256, "v_h
 
 
 def _op(name: str, oracle, anchor: str, summary: str, vectors, names: tuple[str, ...], minima=None):
-    return ROOFLINE.exact(name, oracle, anchor=anchor, summary=summary, vectors=vectors, compare=compare_exact,
+    return AREA.exact(name, oracle, anchor=anchor, summary=summary, vectors=vectors, compare=compare_exact,
                           examples=lambda supported: configs(names, _DIMS, minima))
 
 

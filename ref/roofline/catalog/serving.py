@@ -17,14 +17,14 @@ from hypothesis.extra import numpy as hnp
 
 from ref.roofline import emulate, moe, perf, specdec
 from ref.testing.bounded import Bound
-from ref.testing.catalog_types import Area, Flag, Variant, seed_for
+from ref.roofline.catalog.params import AREA
+from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.params import variant_params
 from ref.testing.strategies import small_shapes
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS"]
 
-ROOFLINE = Area("roofline", spec="spec/roofline.md")
 BOUND = Bound(k=2.0, floor=2.0, scale="relative")
 
 FLAGS = {
@@ -255,20 +255,20 @@ def _bound_flags(case) -> tuple[str, ...]:
 
 
 OPERATIONS = [
-    ROOFLINE.bounded("moe.expected_experts", moe.expected_experts, anchor="expected_experts",
+    AREA.bounded("moe.expected_experts", moe.expected_experts, anchor="expected_experts",
                      summary="distinct experts B tokens touch, each a uniform top-k subset of E",
                      vectors=_expected_experts_vectors, examples=_experts_cases,
                      emulate=emulate.expected_experts, bounds=BOUND,
                      case_flags=lambda case: ("WithoutReplacement", "Saturation")),
-    ROOFLINE.bounded("specdec.expected_tokens", specdec.expected_tokens, anchor="speculative_decoding",
+    AREA.bounded("specdec.expected_tokens", specdec.expected_tokens, anchor="speculative_decoding",
                      summary="tokens per target forward: sum_{i=0..k} alpha^i",
                      vectors=_specdec_vectors(False), examples=lambda s: _specdec_cases(s, False),
                      emulate=emulate.expected_tokens, bounds=BOUND, case_flags=_alpha_flags),
-    ROOFLINE.bounded("specdec.speedup", specdec.speedup, anchor="speculative_decoding",
+    AREA.bounded("specdec.speedup", specdec.speedup, anchor="speculative_decoding",
                      summary="expected_tokens / (k * cost + 1) (Leviathan et al., Theorem 3.8)",
                      vectors=_specdec_vectors(True), examples=lambda s: _specdec_cases(s, True),
                      emulate=emulate.speedup, bounds=BOUND, case_flags=_alpha_flags),
-    ROOFLINE.bounded("phase_time", perf.phase_time, anchor="phase_time",
+    AREA.bounded("phase_time", perf.phase_time, anchor="phase_time",
                      summary="seconds: max (or sum) of flops / peak_flops and bytes / bandwidth",
                      variants=(OVERLAP,), vectors=_phase_vectors, examples=_phase_cases,
                      emulate=emulate.phase_time, bounds=BOUND, case_flags=_bound_flags),
