@@ -182,6 +182,10 @@ def test_phase_time_the_tutorials_prefill():
     (lambda: decode_step(QWEN3_8B, B200, 10, 0), ValueError, "batch"),
     (lambda: moe_bytes_touched(QWEN3_30B, 4, embedding="some"), ValueError, "embedding"),
     (lambda: max_batch(QWEN3_8B, B200, 0), ValueError, "context"),
+    (lambda: max_batch(QWEN3_8B, B200, 10, reserve=-1.0), ValueError, "reserve"),
+    (lambda: max_batch(QWEN3_8B, B200, 10, reserve="1e9"), TypeError, "reserve"),
+    (lambda: moe_bytes_touched(QWEN3_30B, 4, embedding=1), TypeError, "embedding"),
+    (lambda: emulate.expected_tokens("float8", F([0.5]), I([2])), ValueError, "precision"),
     (lambda: transfer_time(-1.0, NVLINK), ValueError, "nbytes"),
     (lambda: stacked_kv(QWEN3_8B, read_fraction=1.5), ValueError, "read_fraction"),
 ])

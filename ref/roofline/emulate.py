@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from ref.arguments import choice
 from ref.formats.minifloat import PRECISIONS, round_to
 from ref.roofline.moe import expected_experts as expected_experts_exact
 from ref.roofline.perf import Overlap
@@ -38,8 +39,7 @@ __all__ = ["expected_experts", "expected_tokens", "phase_time", "speedup"]
 
 def _steps(precision: str):
     """(read, store): inputs as a kernel at `precision` reads them, results as it stores them."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    choice(precision, "precision", PRECISIONS)
     wide = precision if precision in ("float64", "float32") else "float32"
 
     def read(x) -> NDArray[np.float64]:

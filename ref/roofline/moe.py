@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import integer
+from ref.arguments import choice, integer
 from ref.roofline.config import Model
 from ref.roofline.counting import at_least, counts
 from ref.roofline.weights import KEEP, tensor_bytes, weight_table
@@ -61,8 +61,7 @@ def moe_bytes_touched(model: Model, batch: int, fmt: str = "bfloat16", *, keep: 
     table, as a whole-weights estimate does). A tied embedding is the LM head, read
     whole. A dense model is the case with no MoE layer."""
     batch = integer(batch, "batch", minimum=0)
-    if embedding not in ("rows", "table"):
-        raise ValueError(f"embedding: expected 'rows' or 'table', got {embedding!r}")
+    embedding = choice(embedding, "embedding", ("rows", "table"))
     total = 0.0
     for tensor, name, one in weight_table(model, fmt, keep=keep):
         if tensor.component == "experts":

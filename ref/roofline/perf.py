@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import integer, member
+from ref.arguments import integer, member, real
 from ref.roofline.config import Model
 from ref.roofline.flops import forward_flops
 from ref.roofline.kv import kv_bytes, state_bytes
@@ -164,8 +164,9 @@ def max_batch(model: Model, hw, context: int, *, weight_format: str = "bfloat16"
     0 when the weights alone do not fit. `reserve`: bytes kept for activations and the
     runtime (0: none, an upper bound)."""
     context = integer(context, "context", minimum=0)
-    if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not reserve >= 0:
-        raise ValueError(f"reserve: expected non-negative bytes, got {reserve!r}")
+    reserve = real(reserve, "reserve", positive=False)
+    if reserve < 0:
+        raise ValueError(f"reserve: expected non-negative bytes, got {reserve}")
     per_sequence = kv_bytes(model, context, kv_bits) + state_bytes(model, state_bits)
     if per_sequence == 0:
         raise ValueError(f"context: {model.name} keeps nothing per sequence at context {context}: "
