@@ -221,15 +221,7 @@ def _hybrid_ratio(model) -> float:
     return (model.layers - attention) / attention
 
 
-@lru_cache(maxsize=1)
-def _all() -> tuple[Claim, ...]:
-    return _claims()
-
-
-def __getattr__(name: str):
-    if name == "CLAIMS":  # built on first use: the model table is
-        return _all()
-    raise AttributeError(name)
+CLAIMS: tuple[Claim, ...] = _claims()  # the models they read are built when a claim is checked
 
 
 def check(claim: Claim) -> Result:
@@ -244,7 +236,7 @@ def _number(x: float) -> str:
 def table() -> str:
     """Every claim: key, stated, computed, and 'agrees' or why not."""
     lines = [f"{'figure':<24} {'stated':>12} {'computed':>14}  unit     verdict"]
-    for claim in _all():
+    for claim in CLAIMS:
         r = check(claim)
         verdict = "agrees" if r.agrees else f"differs: {claim.differs}"
         lines.append(f"{claim.key:<24} {_number(claim.stated):>12} {_number(r.computed):>14}  {claim.unit:<8} {verdict}")

@@ -7,4 +7,8 @@ from ref.testing.flags import COMMON
 MODULES = (params, weights, kv, flops, serving)
 
 OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
-FLAGS = {**COMMON, **{flag: note for module in MODULES for flag, note in module.FLAGS.items()}}
+FLAGS = dict(COMMON)
+for _module in MODULES:
+    for _flag, _note in _module.FLAGS.items():
+        if FLAGS.setdefault(_flag, _note) != _note:  # a flag two modules explain differently
+            raise ValueError(f"roofline catalog: flag {_flag!r} is explained twice, differently ({_module.__name__})")

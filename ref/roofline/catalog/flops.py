@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ref.roofline import flops
 from ref.roofline.catalog.kv import int_case
-from ref.roofline.catalog.params import AREA
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS
 from ref.roofline.catalog.params import FLAGS as DECODER_FLAGS
 from ref.testing.catalog_types import Flag, Variant
 from ref.testing.compare import compare_exact
@@ -40,7 +40,8 @@ FLAGS = {
                          "every decode step is one key short per head and layer"),
     "LmHead": Flag("the LM head's logits counted for every position where only the last is computed, or never",
                    "a prefill's FLOPs off by 2 * hidden * vocab per position: 1.2 GFLOP per token for Qwen3"),
-    **{name: DECODER_FLAGS[name] for name in ("ActiveExperts", "SharedExpert", "GQA", "Int64")},
+    **{name: DECODER_FLAGS[name] for name in ("ActiveExperts", "SharedExpert")},
+    **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64")},
 }
 
 INPUTS = ("tokens", "context", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "experts",
@@ -71,7 +72,7 @@ def forward_vectors() -> list[VectorSpec]:
 
     for causal in CAUSAL.values:
         for lm in LM_HEAD.values:
-            add(f"Qwen3-8B prefill of 40,000 tokens (the tour's ~1.03 PFLOP is causal=half, lm_head=none)",
+            add(f"Qwen3-8B prefill of 40,000 tokens, causal={causal}, lm_head={lm} (the tour's ~1.03 PFLOP is half, none)",
                 ("CausalPairs", "LmHead", "GQA"), {"causal": causal, "lm_head": lm}, tokens=40000, context=0,
                 **QWEN3_8B)
         add("Qwen3-8B decode steps at contexts 0, 1 and 40,000 (keys: context + 1)", ("ContextPairs", "GQA"),

@@ -18,8 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.roofline import kv
-from ref.roofline.catalog.params import AREA
-from ref.roofline.catalog.params import FLAGS as DECODER_FLAGS
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS
 from ref.testing.catalog_types import Flag
 from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case, VectorSpec
@@ -29,10 +28,7 @@ __all__ = ["FLAGS", "OPERATIONS", "configs", "int_case"]
 BIG = 1 << 62
 
 FLAGS = {
-    "GQA": DECODER_FLAGS["GQA"],
-    "Int64": DECODER_FLAGS["Int64"],
-    "CeilOnce": Flag("bits rounded up to bytes per element, per token or per layer instead of once",
-                     "sub-byte formats (3-bit, 6-bit) come out a few bytes per token too large"),
+    **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64", "CeilOnce")},
     "ValueHeadDim": Flag("values sized by the key head_dim where v_head_dim differs",
                          "the value half of the cache is mis-sized (MLA-derived and gated models)"),
     "MlaCacheEntry": Flag("MLA's cache counted as the latent alone (or as full per-head keys and values)",

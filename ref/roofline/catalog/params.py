@@ -17,13 +17,12 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.roofline.params import decoder_params
-from ref.testing.catalog_types import Area, Flag, seed_for
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS
+from ref.testing.catalog_types import Flag, seed_for
 from ref.testing.compare import compare_exact, compare_parts
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS", "decoder_case", "decoder_row", "decoder_rows"]
-
-AREA = Area("roofline", spec="spec/roofline.md")
 
 FLAGS = {
     "TiedEmbeddings": Flag("the embedding counted twice when the LM head is tied to it (or the LM head never "
@@ -36,10 +35,7 @@ FLAGS = {
                           "count", "an MoE model's active parameters are its total (Qwen3-30B-A3B: 30.5B, not 3.3B)"),
     "SharedExpert": Flag("a shared expert (or its sigmoid gate) forgotten, or counted among the routed ones",
                          "an MoE model's total and active counts miss 3*hidden*shared_intermediate per layer"),
-    "GQA": Flag("k and v sized by heads (MHA) where kv_heads is smaller",
-                "k_proj and v_proj counted heads/kv_heads times too large"),
-    "Int64": Flag("a count computed in int32 or float64 (wraps past 2^31, rounds past 2^53)",
-                  "a large model's count wraps negative or loses its last digits"),
+    **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64")},
 }
 
 NAMES = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "experts", "top_k",

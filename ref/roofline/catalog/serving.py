@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 from ref.roofline import emulate, moe, perf, specdec
 from ref.testing.bounded import Bound
-from ref.roofline.catalog.params import AREA
+from ref.roofline.catalog.common import AREA
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.params import variant_params
 from ref.testing.strategies import small_shapes

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ref.roofline.catalog.params import AREA
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS
 from ref.roofline.weights import FORMATS, tensor_bytes
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.compare import compare_exact
@@ -33,8 +33,7 @@ FLAGS = {
                       "a matrix whose rows are not whole blocks gets too few scales"),
     "ElementBits": Flag("the element width of another format (FP8 as 2 bytes, FP4 codes one per byte, unpacked)",
                         "a model's bytes off by 2x: a 4-bit checkpoint sized as 8-bit"),
-    "CeilOnce": Flag("bytes rounded up per row or per block, then summed, instead of once per tensor",
-                     "a 4-bit tensor of odd rows gains half a byte per row"),
+    **{name: SHARED_FLAGS[name] for name in ("CeilOnce", "Int64")},
 }
 
 FORMAT = Variant("format", tuple(FORMATS), "bfloat16",
