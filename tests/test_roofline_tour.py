@@ -59,7 +59,8 @@ def test_doubling_the_layers_doubles_what_lives_in_them(name, tokens):
     twice = _doubled(model)
     assert kv_bytes(twice, tokens) == 2 * kv_bytes(model, tokens)
     assert state_bytes(twice) == 2 * state_bytes(model)
-    assert param_counts(twice).total - _outside_layers(twice) == 2 * (param_counts(model).total - _outside_layers(model))
+    inside, inside_twice = (param_counts(m).total - _outside_layers(m) for m in (model, twice))
+    assert inside_twice == 2 * inside
     assert forward_flops(twice, tokens, lm_head="none") == 2 * forward_flops(model, tokens, lm_head="none")
     head = forward_flops(model, tokens, lm_head="last") - forward_flops(model, tokens, lm_head="none")
     assert head == 2 * model.hidden * model.vocab  # the LM head is outside the layers: it does not double

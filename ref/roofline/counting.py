@@ -34,7 +34,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.roofline.config import Model
 
-__all__ = ["INT64_MAX", "at_least", "ceil_div", "checked_model", "counts", "decoder_config", "flags", "reals", "same_shape", "to_int64"]
+__all__ = ["INT64_MAX", "at_least", "ceil_div", "checked_model", "counts", "decoder_config", "flags", "reals",
+           "same_shape", "to_int64"]
 
 INT64_MAX = (1 << 63) - 1
 

@@ -239,5 +239,6 @@ def table() -> str:
     for claim in CLAIMS:
         r = check(claim)
         verdict = "agrees" if r.agrees else f"differs: {claim.differs}"
-        lines.append(f"{claim.key:<24} {_number(claim.stated):>12} {_number(r.computed):>14}  {claim.unit:<8} {verdict}")
+        numbers = f"{_number(claim.stated):>12} {_number(r.computed):>14}"
+        lines.append(f"{claim.key:<24} {numbers}  {claim.unit:<8} {verdict}")
     return "\n".join(lines)

@@ -72,7 +72,8 @@ def forward_vectors() -> list[VectorSpec]:
 
     for causal in CAUSAL.values:
         for lm in LM_HEAD.values:
-            add(f"Qwen3-8B prefill of 40,000 tokens, causal={causal}, lm_head={lm} (the tour's ~1.03 PFLOP is half, none)",
+            add(f"Qwen3-8B prefill of 40,000 tokens, causal={causal}, lm_head={lm} "
+                "(the tour's ~1.03 PFLOP is half, none)",
                 ("CausalPairs", "LmHead", "GQA"), {"causal": causal, "lm_head": lm}, tokens=40000, context=0,
                 **QWEN3_8B)
         add("Qwen3-8B decode steps at contexts 0, 1 and 40,000 (keys: context + 1)", ("ContextPairs", "GQA"),
