@@ -36,7 +36,7 @@ def test_rounds_to_accepts_half_a_unit_of_the_last_stated_digit_and_no_more(mant
     stated = float(mantissa) * 10.0**exponent
     shown = int(math.floor(math.log10(stated))) - digits + 1
     stated = round(stated / 10.0**shown) * 10.0**shown  # a figure with `digits` significant digits
-    unit = 10.0**shown
+    unit = 10.0 ** (math.floor(math.log10(stated)) - digits + 1)  # 95 -> 100 at one digit: its unit is 100
     assert tour.rounds_to(stated + 0.49 * unit, stated, digits)
     assert tour.rounds_to(stated - 0.49 * unit, stated, digits)
     assert not tour.rounds_to(stated + 0.51 * unit, stated, digits)

@@ -126,14 +126,16 @@ def estimate(flops: float, nbytes: float, hw, fmt: str | None, tokens: int) -> P
 
 
 def prefill(model: Model, hw, tokens: int, *, fmt: str | None = "bfloat16", weight_format: str = "bfloat16",
-            kv_bits: int = 16, state_bits: int = 32, causal: str = "exact", lm_head: str = "last") -> PhaseEstimate:
+            kv_bits: int = 16, state_bits: int = 32, causal: str = "exact", lm_head: str = "last",
+            mla: str = "naive") -> PhaseEstimate:
     """A prompt of `tokens` tokens in one forward (no cache before it) on `hw` at compute
-    format `fmt`: FLOPs from forward_flops(tokens, context 0, causal, lm_head); bytes the
+    format `fmt`: FLOPs from forward_flops(tokens, context 0, causal, lm_head, mla=...;
+    MLA layers decompress their latents, as engines' prefill kernels do); bytes the
     weights touched once (each MoE layer's expected experts for `tokens` tokens) plus
     the KV cache and recurrent state written. tokens_per_s: prompt tokens per second.
     No tokens: no forward, zero FLOPs, bytes and time."""
     tokens = integer(tokens, "tokens", minimum=0)
-    flops = forward_flops(model, tokens, 0, causal, lm_head)
+    flops = forward_flops(model, tokens, 0, causal, lm_head, mla=mla)
     nbytes = 0 if tokens == 0 else (moe_bytes_touched(model, tokens, weight_format) + kv_bytes(model, tokens, kv_bits)
                                     + state_bytes(model, state_bits))  # no prompt: no forward
     return estimate(flops, nbytes, hw, fmt, tokens)
@@ -141,9 +143,11 @@ def prefill(model: Model, hw, tokens: int, *, fmt: str | None = "bfloat16", weig
 
 def decode_step(model: Model, hw, context: int, batch: int = 1, *, fmt: str | None = "bfloat16",
                 weight_format: str = "bfloat16", kv_bits: int = 16, state_bits: int = 32,
-                embedding: str = "rows") -> PhaseEstimate:
+                embedding: str = "rows", mla: str = "absorbed") -> PhaseEstimate:
     """One decode step of `batch` sequences, each with `context` tokens cached: FLOPs
-    batch * forward_flops(1 token, context); bytes read the weights touched
+    batch * forward_flops(1 token, context, mla=...: MLA layers absorbed by default, as
+    FlashMLA and vLLM decode, instead of decompressing every cached latent at every
+    step, which costs DeepSeek-V3 82 TFLOP a token at 40k); bytes read the weights touched
     (moe_bytes_touched(model, batch, weight_format, embedding=...): every matrix once,
     each MoE layer's expected distinct experts, the embedding rows looked up) plus,
     per sequence, its KV cache at `context` tokens (kv_bits per element) and its
@@ -151,7 +155,7 @@ def decode_step(model: Model, hw, context: int, batch: int = 1, *, fmt: str | No
     batch / time, the generation rate of the whole batch."""
     context = integer(context, "context", minimum=0)
     batch = integer(batch, "batch", minimum=1)
-    flops = batch * forward_flops(model, 1, context)
+    flops = batch * forward_flops(model, 1, context, mla=mla)
     per_sequence = kv_bytes(model, context, kv_bits) + state_bytes(model, state_bits)
     nbytes = moe_bytes_touched(model, batch, weight_format, embedding=embedding) + batch * per_sequence
     return estimate(flops, nbytes, hw, fmt, batch)
