@@ -13,7 +13,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ref.cli import main
-from ref.roofline import HARDWARE, HF_CONFIGS, MODELS, forward_flops, kv_bytes, param_counts, state_bytes, tour
+from ref.roofline import (
+    HARDWARE,
+    HF_CONFIGS,
+    MODELS,
+    decode_step,
+    forward_flops,
+    kv_bytes,
+    param_counts,
+    prefill,
+    state_bytes,
+    tour,
+)
 from ref.roofline.summary import default_format, summary
 
 
@@ -102,3 +113,13 @@ def test_the_command_prints_the_tour_and_a_sheet(capsys, tmp_path):
                        (["--model", "Qwen3-8B", "--config", str(config)], "not both")):
         assert main(["roofline", *argv]) == 2
         assert what in capsys.readouterr().err
+
+
+def test_decode_counts_mla_absorbed_and_prefill_decompressed():
+    deepseek, b200 = MODELS["DeepSeek-V3"], HARDWARE["B200"]
+    step = decode_step(deepseek, b200, 40_000, fmt="float8")
+    assert step.flops == forward_flops(deepseek, 1, 40_000, mla="absorbed")
+    assert decode_step(deepseek, b200, 40_000, fmt="float8", mla="naive").flops > 100 * step.flops
+    assert prefill(deepseek, b200, 4096, fmt="float8").flops == forward_flops(deepseek, 4096, mla="naive")
+    qwen = MODELS["Qwen3-8B"]  # no MLA layer: the switch changes nothing
+    assert decode_step(qwen, b200, 4096, mla="naive").flops == decode_step(qwen, b200, 4096).flops
