@@ -71,8 +71,9 @@ def test_the_wheel_carries_license_typing_marker_spec_pages_and_golden(tmp_path)
         assert zf.read(f"{info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
         assert "Classifier: Typing :: Typed" in metadata
         assert "ref/py.typed" in names and "ref/_golden/manifest.json" in names
-        for page in sorted((ROOT / "spec").iterdir()):
-            assert zf.read(f"ref/_spec/{page.name}") == page.read_bytes(), page.name
+        for page in sorted(p for p in (ROOT / "spec").rglob("*") if p.is_file()):  # spec/img/*.svg too
+            name = page.relative_to(ROOT / "spec").as_posix()
+            assert zf.read(f"ref/_spec/{name}") == page.read_bytes(), name
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
         assert "llm-ref = ref.cli:main" in entry_points and "ref.conformance.pytest_plugin" in entry_points
 
