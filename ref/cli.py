@@ -19,6 +19,7 @@ from ref.conformance.adapters import DEFAULT, shipped_xfails
 from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import is_file_spec, load_implementation
 from ref.conformance.runner import parse_entries, run
+from ref.roofline.command import roofline_parser
 from ref.testing.vector_files import golden_dir, load_manifest
 
 DEFAULT_TIMEOUT = 60.0  # seconds per call under --isolate
@@ -256,47 +257,6 @@ def _html_parser(sub) -> None:
     p.set_defaults(func=_html)
 
 
-def _roofline(args) -> int:
-    """The tour's figures recomputed, or one model's accounting on one machine."""
-    import json
-
-    from ref.roofline import HARDWARE, MODELS, from_hf_config
-    from ref.roofline import tour
-    from ref.roofline.summary import summary
-
-    if not (args.model or args.config):
-        print(tour.table())
-        return 0
-    if args.model and args.config:
-        raise ValueError("--model and --config: name a table model or read a config.json, not both")
-    if args.config:
-        model = from_hf_config(json.loads(Path(args.config).read_text()), Path(args.config).parent.name or "model")
-    elif args.model not in MODELS:
-        raise ValueError(f"--model: expected one of {sorted(MODELS)}, got {args.model!r} (--config reads any)")
-    else:
-        model = MODELS[args.model]
-    if args.hardware not in HARDWARE:
-        raise ValueError(f"--hardware: expected one of {sorted(HARDWARE)}, got {args.hardware!r}")
-    print(summary(model, HARDWARE[args.hardware], args.context, args.batch, fmt=args.fmt,
-                  weight_format=args.weights, kv_bits=args.kv_bits))
-    return 0
-
-
-def _roofline_parser(sub) -> None:
-    p = sub.add_parser("roofline", help="the tour's figures recomputed from the tables, or one model's bytes, "
-                       "FLOPs and roofline times on one machine (spec/roofline.md)")
-    p.add_argument("--model", help="a model of the table (ref.roofline.MODELS), e.g. Qwen3-8B")
-    p.add_argument("--config", metavar="PATH", help="a Hugging Face config.json to read instead")
-    p.add_argument("--hardware", default="B200", help="a machine of the table (default B200)")
-    p.add_argument("--context", type=int, default=40_000, help="tokens per sequence (default 40000)")
-    p.add_argument("--batch", type=int, default=1, help="sequences per decode step (default 1)")
-    p.add_argument("--fmt", help="compute format: float8, bfloat16, float4 (default: float8 where the hardware "
-                   "has it, else bfloat16)")
-    p.add_argument("--weights", default="bfloat16", help="weight storage format (ref.roofline.FORMATS)")
-    p.add_argument("--kv-bits", type=int, default=16, help="bits per cached K/V element (default 16)")
-    p.set_defaults(func=_roofline)
-
-
 def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("--version", action="version", version=f"llm-ref {ref.__version__}")
@@ -346,7 +306,7 @@ def build_parser(prog: str = "python -m ref") -> argparse.ArgumentParser:
     p.set_defaults(func=_spec)
 
     _html_parser(sub)
-    _roofline_parser(sub)
+    roofline_parser(sub)
     return parser
 
 

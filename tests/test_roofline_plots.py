@@ -1,5 +1,5 @@
 """The figures of spec/roofline.md: regenerated from the tables, they must equal the
-committed files byte for byte (`python -m ref.roofline.plots spec/img` rewrites
+committed files byte for byte (`llm-ref roofline --plots spec/img` rewrites
 them), parse as SVG, and show what they claim."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def test_committed_figure_is_the_regenerated_one(name, draw):
     text = draw()
     assert text == draw()  # deterministic
     assert (IMG / name).read_text(encoding="utf-8") == text, \
-        f"spec/img/{name} is stale: run `python -m ref.roofline.plots spec/img`"
+        f"spec/img/{name} is stale: run `llm-ref roofline --plots spec/img`"
 
 
 def test_roofline_marks_every_ridge_and_the_three_phases():
@@ -43,6 +43,6 @@ def test_batch_sweep_has_two_lines_per_series():
 
 
 def test_main_writes_both_files(tmp_path):
-    assert main([str(tmp_path / "img")]) == 0
+    written = main(tmp_path / "img")
     assert sorted(p.name for p in (tmp_path / "img").iterdir()) == ["batch_sweep.svg", "roofline.svg"]
-    assert main([]) == 2
+    assert sorted(p.name for p in written) == ["batch_sweep.svg", "roofline.svg"]

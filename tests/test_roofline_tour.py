@@ -25,7 +25,7 @@ from ref.roofline import (
     state_bytes,
     tour,
 )
-from ref.roofline.summary import default_format, summary
+from ref.roofline.summary import compute_format, ganged, summary
 
 
 @pytest.mark.parametrize("claim", tour.CLAIMS, ids=lambda c: c.key)
@@ -88,14 +88,35 @@ def test_more_kv_heads_grow_the_cache_and_the_projections_exactly():
 
 def test_the_sheet_is_the_accounting_it_prints():
     qwen, b200 = MODELS["Qwen3-8B"], HARDWARE["B200"]
-    text = summary(qwen, b200, 40_000)
-    assert default_format(b200) == "float8" and "float8 4,500 TFLOP/s" in text
+    text = summary(qwen, b200, 40_000, fmt="float8")
+    assert "float8 4,500 TFLOP/s" in text and "562.5 FLOP/B" in text
     assert "8,190,735,360" in text and "147,456 B" in text and "5.90 GB per sequence" in text
-    assert "27 sequences" in text and "562.5 FLOP/B" in text
-    assert default_format(HARDWARE["M3 Ultra"]) is None
-    assert "memory time alone" in summary(qwen, HARDWARE["M3 Ultra"], 1000)
+    assert "27 sequences" in text and "MORE" not in text
+    assert "605" not in text and "MORE than the 180.00 GB" in summary(qwen, b200, 40_000, 100)
+    assert "at least" in summary(qwen, HARDWARE["M3 Ultra"], 1000)  # no FLOP/s figure: a bound
     with pytest.raises(ValueError, match="context"):
         summary(qwen, b200, 0)
+    with pytest.raises(ValueError, match="fmt"):
+        summary(qwen, b200, 1000, fmt="int8")
+
+
+def test_the_compute_format_follows_the_weights_where_the_hardware_has_it():
+    b200, spark = HARDWARE["B200"], HARDWARE["DGX Spark"]
+    assert [compute_format(b200, w) for w in ("bfloat16", "float8_block128", "mxfp8", "nvfp4", "mxfp4", "int4_g128")] \
+        == ["bfloat16", "float8", "float8", "float4", "float4", "bfloat16"]
+    assert compute_format(spark, "nvfp4") == "float4" and compute_format(spark, "bfloat16") is None
+    with pytest.raises(ValueError, match="weight_format"):
+        compute_format(b200, "fp8")
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+def test_ganged_gpus_scale_every_rate_and_the_capacity(gpus):
+    h100 = HARDWARE["H100"]
+    many = ganged(h100, gpus)
+    assert many.bandwidth == gpus * h100.bandwidth and many.capacity == gpus * h100.capacity
+    assert all(many.flops[f] == gpus * h100.flops[f] for f in h100.flops)
+    assert decode_step(MODELS["Qwen3-8B"], many, 8192).time * gpus == pytest.approx(
+        decode_step(MODELS["Qwen3-8B"], h100, 8192).time)
 
 
 def test_the_command_prints_the_tour_and_a_sheet(capsys, tmp_path):
@@ -109,10 +130,22 @@ def test_the_command_prints_the_tour_and_a_sheet(capsys, tmp_path):
     config.write_text(json.dumps(HF_CONFIGS["Qwen3-8B"][0]))
     assert main(["roofline", "--config", str(config)]) == 0
     assert "Qwen3-8B on B200" in capsys.readouterr().out  # the folder names the model
+    assert main(["roofline", "--config", str(config.parent)]) == 0  # a snapshot's folder
+    assert "Qwen3-8B on B200" in capsys.readouterr().out
+    assert main(["roofline", "--list"]) == 0
+    assert "DGX Spark" in capsys.readouterr().out
     for argv, what in ((["--model", "nope"], "--model"), (["--model", "Qwen3-8B", "--hardware", "nope"], "--hardware"),
-                       (["--model", "Qwen3-8B", "--config", str(config)], "not both")):
-        assert main(["roofline", *argv]) == 2
+                       (["--model", "Qwen3-8B", "--config", str(config)], "not both"),
+                       (["--model", "Qwen3-8B", "--weights", "fp8"], "--weights"),
+                       (["--model", "Qwen3-8B", "--fmt", "fp8"], "--fmt"),
+                       (["--model", "Qwen3-8B", "--kv-bits", "0"], "--kv-bits"),
+                       (["--model", "Qwen3-8B", "--reserve", "-1"], "--reserve"),
+                       (["--hardware", "H200"], "needs --model"),
+                       (["--config", str(tmp_path / "missing.json")], "--config")):
+        assert main(["roofline", *argv]) == 2, argv
         assert what in capsys.readouterr().err
+    assert main(["roofline", "--plots", str(tmp_path / "img")]) == 0
+    assert (tmp_path / "img" / "roofline.svg").is_file()
 
 
 def test_decode_counts_mla_absorbed_and_prefill_decompressed():

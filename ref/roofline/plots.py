@@ -13,18 +13,18 @@
                       bfloat16; a tokens/s line ends (marked) at the largest batch
                       that fits beside the weights (perf.max_batch)
 
-    python -m ref.roofline.plots spec/img     writes roofline.svg and batch_sweep.svg
+    llm-ref roofline --plots spec/img      writes roofline.svg and batch_sweep.svg (main)
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 
-from ref.roofline.hardware import HARDWARE
+from ref.roofline.config import Model
+from ref.roofline.hardware import HARDWARE, Hardware
 from ref.roofline.models import MODELS
 from ref.roofline.kv import kv_bytes
 from ref.roofline.perf import decode_step, max_batch, prefill, ridge
@@ -110,8 +110,12 @@ def _rate(hw) -> tuple[str, float] | None:
     return None if fmt is None else (fmt, float(hw.flops[fmt]))
 
 
-def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 40_000) -> str:
-    """The roofline figure (see the module docstring)."""
+def roofline_svg(hardware: Mapping[str, Hardware] | None = None, model: Model | None = None, host: str = "B200",
+                 context: int = 40_000) -> str:
+    """The roofline figure (see the module docstring). hardware: {name: Hardware}
+    (default the table's HARDWARE); model: the Model whose prefill of `context` tokens
+    and decode steps at `context` are placed on the `host` hardware's line (default
+    Qwen3-8B)."""
     hardware = HARDWARE if hardware is None else hardware
     model = MODELS["Qwen3-8B"] if model is None else model
     x = _Log(1e-1, 1e5, _LEFT, _W - _RIGHT)
@@ -136,7 +140,7 @@ def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 4
         entries.append((f"{name} ({fmt}, ridge {knee:.0f})", colour, ""))
     hw = hardware[host]
     fmt, peak = _rate(hw)
-    phases = [("prefill 40k", prefill(model, hw, context, fmt=fmt)),
+    phases = [(f"prefill of {context:,}", prefill(model, hw, context, fmt=fmt)),
               ("decode, batch 1", decode_step(model, hw, context, 1, fmt=fmt)),
               ("decode, batch 64", decode_step(model, hw, context, 64, fmt=fmt))]
     for label, est in phases:
@@ -156,11 +160,12 @@ def roofline_svg(hardware=None, model=None, host: str = "B200", context: int = 4
     return "\n".join(out) + "\n"
 
 
-def batch_sweep_svg(models=None, host: str = "B200", context: int = 8192,
+def batch_sweep_svg(models: Sequence[Model] | None = None, host: str = "B200", context: int = 8192,
                     batches: Sequence[int] = tuple(2**i for i in range(12))) -> str:
     """The batch-sweep figure (see the module docstring): two panels, tokens/s (left),
     each line ending at the largest batch that fits (marked), and memory in GB with
-    the hardware's capacity dashed (right)."""
+    the hardware's capacity dashed (right). models: a sequence of Model (default
+    Qwen3-8B and Qwen3-30B-A3B); host: a name of HARDWARE."""
     models = [MODELS["Qwen3-8B"], MODELS["Qwen3-30B-A3B"]] if models is None else models
     hw = HARDWARE[host]
     fmt, _ = _rate(hw)
@@ -201,18 +206,11 @@ def batch_sweep_svg(models=None, host: str = "B200", context: int = 8192,
     return "\n".join(out) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write roofline.svg and batch_sweep.svg into the folder given (spec/img)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m ref.roofline.plots FOLDER\n")
-        return 2
-    folder = Path(args[0])
+def main(folder: str | Path) -> list[Path]:
+    """Write roofline.svg and batch_sweep.svg into `folder` (created if missing; the
+    spec's are spec/img), and return their paths."""
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "roofline.svg").write_text(roofline_svg(), encoding="utf-8")
     (folder / "batch_sweep.svg").write_text(batch_sweep_svg(), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return [folder / "roofline.svg", folder / "batch_sweep.svg"]

@@ -1,30 +1,54 @@
 """One model on one machine, as text: the back-of-envelope sheet an engineer checks a
 claim against (`llm-ref roofline --model NAME --hardware NAME --context N`).
 
-    summary(model, hw, context, batch=1, fmt=None, weight_format="bfloat16", kv_bits=16)
+    summary(model, hw, context, batch=1, fmt=None, weight_format="bfloat16", kv_bits=16,
+            gpus=1, reserve=0.0)
 
-Every line is a call to ref.roofline's accounting (param_counts, weight_bytes,
-kv_bytes, state_bytes, prefill, decode_step, max_batch, ridge); nothing is computed
-here but the formatting.
+Every figure is a call to ref.roofline's accounting (param_counts, weight_bytes,
+kv_bytes, state_bytes, prefill, decode_step, max_batch, ridge); this module chooses
+the compute format, scales the hardware for ideal tensor parallelism, and formats.
 """
 
 from __future__ import annotations
 
-from ref.arguments import integer
+from dataclasses import replace
+
+from ref.arguments import integer, real
 from ref.roofline.config import Model
 from ref.roofline.hardware import Hardware
 from ref.roofline.kv import kv_bytes, state_bytes
 from ref.roofline.params import param_counts
 from ref.roofline.perf import PhaseEstimate, decode_step, max_batch, prefill, ridge
-from ref.roofline.weights import weight_bytes
+from ref.roofline.weights import FORMATS, weight_bytes
 
-__all__ = ["default_format", "summary"]
+__all__ = ["compute_format", "ganged", "summary"]
+
+# The tensor-core format a weight format runs its products in: FP8 and FP4 weights on
+# FP8 and FP4 units; bfloat16 weights, and integer weights dequantized to bfloat16
+# (W4A16: Marlin, Machete), on bfloat16 units.
+_COMPUTE = {"float8": "float8", "mxfp8": "float8", "mxfp4": "float4", "nvfp4": "float4"}
 
 
-def default_format(hw: Hardware) -> str | None:
-    """The compute format a phase runs at when none is named: float8 where the hardware
-    has a dense FP8 figure, else bfloat16, else None (its memory time alone)."""
-    return next((f for f in ("float8", "bfloat16") if f in hw.flops), None)
+def compute_format(hw: Hardware, weight_format: str = "bfloat16") -> str | None:
+    """The format a phase's products run in when none is named: the weights' own
+    (float8 for FP8 and MXFP8, float4 for NVFP4 and MXFP4, bfloat16 for bfloat16 and the
+    integer formats, which are dequantized), if `hw` has a dense figure for it; else
+    None: the phase gets its memory time alone, a lower bound."""
+    if weight_format not in FORMATS:
+        raise ValueError(f"weight_format: expected one of {tuple(FORMATS)}, got {weight_format!r}")
+    fmt = next((v for k, v in _COMPUTE.items() if weight_format.startswith(k)), "bfloat16")
+    return fmt if fmt in hw.flops else None
+
+
+def ganged(hw: Hardware, gpus: int) -> Hardware:
+    """`gpus` of `hw` as one machine under ideal tensor parallelism: FLOP/s, bandwidth
+    and capacity times `gpus`, communication not counted (an upper bound on speed)."""
+    gpus = integer(gpus, "gpus", minimum=1)
+    if gpus == 1:
+        return hw
+    return replace(hw, name=f"{gpus} x {hw.name}", flops={k: v * gpus for k, v in hw.flops.items()},
+                   bandwidth=hw.bandwidth * gpus, capacity=hw.capacity * gpus,
+                   notes=f"{gpus} x {hw.name}, ideal tensor parallelism: communication not counted")
 
 
 def _size(n: float) -> str:
@@ -37,29 +61,40 @@ def _flops(n: float) -> str:
 
 
 def _phase(name: str, e: PhaseEstimate, rate: str) -> str:
-    bound = f"{e.bound}-bound" if e.compute_time == e.compute_time else "the memory time alone (no FLOP/s figure)"
-    return (f"{name:<22} {_flops(e.flops)}, {_size(e.bytes)} moved, intensity {e.intensity:,.1f} "
-            f"FLOP/B: {e.time * 1e3:,.3f} ms, {bound}, {e.tokens_per_s:,.0f} {rate}")
+    head = f"{name:<22} {_flops(e.flops)}, {_size(e.bytes)} moved, intensity {e.intensity:,.1f} FLOP/B: "
+    if e.compute_time != e.compute_time:  # NaN: no FLOP/s figure for the compute format
+        return head + (f"at least {e.time * 1e3:,.3f} ms (the memory time; no dense FLOP/s figure for the compute "
+                       f"format, --fmt names one), at most {e.tokens_per_s:,.0f} {rate}")
+    return head + f"{e.time * 1e3:,.3f} ms, {e.bound}-bound, {e.tokens_per_s:,.0f} {rate}"
 
 
 def summary(model: Model, hw: Hardware, context: int, batch: int = 1, *, fmt: str | None = None,
-            weight_format: str = "bfloat16", kv_bits: int = 16) -> str:
-    """The accounting of `model` on `hw` at `context` tokens: parameters, weights at
-    `weight_format`, KV and state per sequence, a prefill of `context` tokens, a decode
-    step of `batch` sequences at `context`, and how many such sequences fit. `fmt`: the
-    compute format (default_format(hw) when None)."""
+            weight_format: str = "bfloat16", kv_bits: int = 16, gpus: int = 1, reserve: float = 0.0) -> str:
+    """The accounting of `model` on `gpus` of `hw` (ganged) at `context` tokens:
+    parameters, weights at `weight_format`, KV and state per sequence, a prefill of
+    `context` tokens, a decode step of `batch` sequences at `context`, and how many
+    such sequences fit beside the weights and `reserve` bytes. `fmt`: the compute
+    format (a key of hw.flops); None: compute_format(hw, weight_format)."""
     context = integer(context, "context", minimum=1)
     batch = integer(batch, "batch", minimum=1)
-    fmt = fmt or default_format(hw)
-    counts = param_counts(model)
-    weights = weight_bytes(model, weight_format)
+    kv_bits = integer(kv_bits, "kv_bits", minimum=1)
+    reserve = real(reserve, "reserve", positive=False)
+    if reserve < 0:
+        raise ValueError(f"reserve: expected non-negative bytes, got {reserve}")
+    hw = ganged(hw, gpus)
+    if fmt is None:
+        fmt = compute_format(hw, weight_format)
+    elif fmt not in hw.flops:
+        raise ValueError(f"fmt: {hw.name} has no dense FLOP/s figure for {fmt!r}; it has {sorted(hw.flops)}")
+    counts, weights = param_counts(model), weight_bytes(model, weight_format)
     kv_token, kv_seq, state = kv_bytes(model, 1, kv_bits), kv_bytes(model, context, kv_bits), state_bytes(model)
+    free = hw.capacity - reserve
+    rate = f"{fmt} {hw.flops[fmt] / 1e12:,.0f} TFLOP/s dense" if fmt else "no dense FLOP/s figure for its format"
     lines = [
-        f"{model.name} on {hw.name} ({fmt or 'no dense FLOP/s figure'}"
-        + (f" {hw.flops[fmt] / 1e12:,.0f} TFLOP/s dense" if fmt else "")
-        + f", {hw.bandwidth / 1e12:,.3g} TB/s, {hw.capacity / 1e9:,.0f} GB)",
+        f"{model.name} on {hw.name} ({rate}, {hw.bandwidth / 1e12:,.3g} TB/s, {hw.capacity / 1e9:,.0f} GB)",
         f"{'parameters':<22} {counts.total:,} ({counts.active:,} active)",
-        f"{'weights':<22} {_size(weights)} at {weight_format}",
+        f"{'weights':<22} {_size(weights)} at {weight_format}"
+        + (f": MORE than the {_size(free)} available" if weights > free else ""),
         f"{'KV per token':<22} {kv_token:,} B at {kv_bits} bits; {_size(kv_seq)} per sequence at {context:,} tokens"
         + (f"; recurrent state {_size(state)} per sequence" if state else ""),
     ]
@@ -67,9 +102,13 @@ def summary(model: Model, hw: Hardware, context: int, batch: int = 1, *, fmt: st
         lines.append(f"{'ridge':<22} {ridge(hw, fmt):,.1f} FLOP/B at {fmt}")
     lines.append(_phase(f"prefill {context:,}", prefill(model, hw, context, fmt=fmt, weight_format=weight_format,
                                                         kv_bits=kv_bits), "tok/s"))
-    lines.append(_phase(f"decode step x{batch}", decode_step(model, hw, context, batch, fmt=fmt,
-                                                            weight_format=weight_format, kv_bits=kv_bits), "tok/s"))
-    fits = max_batch(model, hw, context, weight_format=weight_format, kv_bits=kv_bits)
+    step = decode_step(model, hw, context, batch, fmt=fmt, weight_format=weight_format, kv_bits=kv_bits)
+    needed = weights + batch * (kv_seq + state)
+    lines.append(_phase(f"decode step x{batch}", step, "tok/s (all sequences)")
+                 + (f"; needs {_size(needed)}: MORE than the {_size(free)} available" if needed > free else ""))
+    fits = max_batch(model, hw, context, weight_format=weight_format, kv_bits=kv_bits, reserve=reserve)
     lines.append(f"{'capacity':<22} {fits:,} sequences of {context:,} tokens beside the weights"
-                 + ("" if fits else " (the weights alone do not fit)" if weights > hw.capacity else ""))
+                 + (f" and {_size(reserve)} reserved" if reserve else ""))
+    lines.append("(upper bounds on speed: activations, the new token's KV write, kernel launches and communication "
+                 "are not counted)")
     return "\n".join(lines)
