@@ -31,13 +31,13 @@ def _roofline(args) -> int:
         return 0
     if args.model and args.config:
         raise ValueError("--model and --config: name a table model or read a config.json, not both")
-    model = _roofline_model(args.config) if args.config else None
     if args.model and args.model not in MODELS:
         raise ValueError(f"--model: expected one of {list(MODELS)}, got {args.model!r} (--config reads any)")
+    model = _roofline_model(args.config) if args.config else MODELS[args.model]
     hardware = args.hardware or "B200"
     if hardware not in HARDWARE:
         raise ValueError(f"--hardware: expected one of {list(HARDWARE)}, got {hardware!r}")
-    weights = args.weights or "bfloat16"
+    weights = args.weights or model.extra.get("checkpoint_format", "bfloat16")  # as the checkpoint ships
     if weights not in FORMATS:
         raise ValueError(f"--weights: expected one of {list(FORMATS)}, got {weights!r}")
     for flag, value in (("--context", args.context), ("--batch", args.batch), ("--kv-bits", args.kv_bits),
@@ -49,7 +49,7 @@ def _roofline(args) -> int:
     hw = HARDWARE[hardware]
     if args.fmt is not None and args.fmt not in hw.flops:
         raise ValueError(f"--fmt: {hardware} has dense FLOP/s figures for {sorted(hw.flops)}, not {args.fmt!r}")
-    print(summary(model or MODELS[args.model], hw, args.context or 40_000, args.batch or 1, fmt=args.fmt,
+    print(summary(model, hw, args.context or 40_000, args.batch or 1, fmt=args.fmt,
                   weight_format=weights, kv_bits=args.kv_bits or 16, gpus=args.gpus or 1,
                   reserve=(args.reserve or 0.0) * 1e9))
     return 0
@@ -83,7 +83,8 @@ def roofline_parser(sub) -> None:
                    "not counted; default 1)")
     p.add_argument("--context", type=int, help="tokens per sequence (default 40000)")
     p.add_argument("--batch", type=int, help="sequences per decode step (default 1)")
-    p.add_argument("--weights", help="weight storage format (--list; default bfloat16)")
+    p.add_argument("--weights", help="weight storage format (--list; default: the checkpoint's, from its "
+                   "quantization_config: DeepSeek-V3 float8_block128; else bfloat16)")
     p.add_argument("--fmt", help="compute format, a key of the hardware's FLOP/s figures: bfloat16, float8, float4, "
                    "int8 (default: the weights' own: float8 for FP8 weights, float4 for NVFP4/MXFP4, else bfloat16)")
     p.add_argument("--kv-bits", type=int, help="bits per cached K/V element (default 16)")

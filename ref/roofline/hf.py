@@ -2,7 +2,7 @@
 
     from_hf_config(config, name, source=None) -> Model
 
-Families (config["model_type"]): llama, qwen2, qwen3, qwen2_moe, qwen3_moe, deepseek_v3,
+Families (config["model_type"]): llama, mistral, qwen2, qwen3, qwen2_moe, qwen3_moe, deepseek_v3,
 qwen3_next, nemotron_h. Layers are read one by one (which are MoE, which are sliding
 window, which are recurrent), then consecutive identical layers are merged into one
 `Block`, so the blocks keep layer order. A key missing from the dict takes
@@ -25,12 +25,18 @@ from typing import Any
 
 from ref.roofline.config import MLA, MLP, Attention, Block, GatedDeltaNet, Mamba2, Model, MoE, Source
 
-__all__ = ["FAMILIES", "from_hf_config"]
+__all__ = ["FAMILIES", "checkpoint_format", "from_hf_config"]
+
+
+_TEXT = {"model_type", "hybrid_override_pattern", "layer_types", "layers_block_type", "mlp_only_layers"}
 
 
 def _get(config: Mapping[str, Any], key: str, default: Any = None, *, required: bool = False) -> Any:
     if key in config and config[key] is not None:
-        return config[key]
+        value = config[key]
+        if key not in _TEXT and not isinstance(value, (bool, int)):
+            raise ValueError(f"config: {key}: expected a number or a bool, got {value!r}")
+        return value
     if required:
         raise ValueError(f"config: {config.get('model_type')!r} needs the key {key!r}")
     return default
@@ -83,8 +89,10 @@ def _dense(c) -> list[tuple]:
     mlp = MLP(_get(c, "intermediate_size", required=True))
     if kind == "qwen2":  # q, k, v always biased, o never
         make = dict(qkv_bias=True, out_bias=False, qk_norm=False)
-    else:  # llama, qwen3: attention_bias on all four projections
+    else:  # llama, mistral, qwen3: attention_bias on all four projections
         make = dict(qkv_bias=bias, out_bias=bias, qk_norm=kind == "qwen3")
+    if kind == "mistral":  # one sliding window (or none) for every layer
+        return [(_attention(c, window=_get(c, "sliding_window"), **make), mlp)] * layers
     return [(_attention(c, window=w, **make), mlp) for w in _windows(c, layers)]
 
 
@@ -180,11 +188,11 @@ def _nemotron_h(c) -> list[tuple]:
     return [{"M": (mamba, None), "*": (attention, None), "-": (None, mlp)}[p] for p in pattern]
 
 
-FAMILIES = {"llama": _dense, "qwen2": _dense, "qwen3": _dense, "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
-            "deepseek_v3": _deepseek_v3, "qwen3_next": _qwen3_next, "nemotron_h": _nemotron_h}
+FAMILIES = {"llama": _dense, "mistral": _dense, "qwen2": _dense, "qwen3": _dense, "qwen2_moe": _qwen_moe,
+            "qwen3_moe": _qwen_moe, "deepseek_v3": _deepseek_v3, "qwen3_next": _qwen3_next, "nemotron_h": _nemotron_h}
 
-TIED_DEFAULT = {"llama": False, "qwen2": False, "qwen3": False, "qwen2_moe": False, "qwen3_moe": False,
-                "deepseek_v3": False, "qwen3_next": False, "nemotron_h": False}
+TIED_DEFAULT = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "qwen2_moe": False,
+                "qwen3_moe": False, "deepseek_v3": False, "qwen3_next": False, "nemotron_h": False}
 
 
 def _blocks(layers: list[tuple]) -> tuple[Block, ...]:
@@ -218,4 +226,28 @@ def from_hf_config(config: Mapping[str, Any], name: str, source: Source | None =
     return Model(name=name, hidden=_get(config, "hidden_size", required=True),
                  vocab=_get(config, "vocab_size", required=True), blocks=_blocks(layers),
                  tied_embeddings=tied, source=source,
-                 notes=notes, extra={"model_type": kind})
+                 notes=notes, extra={"model_type": kind, "checkpoint_format": checkpoint_format(config)})
+
+
+def checkpoint_format(config: Mapping[str, Any]) -> str:
+    """The storage format (a key of ref.roofline.weights.FORMATS) of the checkpoint a
+    config.json describes, read from its quantization_config: fp8 with 128x128 weight
+    blocks (DeepSeek-V3) float8_block128, fp8 otherwise float8_channel; GPTQ and AWQ at 4
+    bits in groups of 128 int4_g128 (symmetric) or int4_g128_zp; ModelOpt's NVFP4 nvfp4;
+    mxfp4 (gpt-oss) mxfp4; no quantization_config bfloat16. Any other is a ValueError
+    naming what it found (the caller picks a format by hand)."""
+    q = config.get("quantization_config")
+    if not q:
+        return "bfloat16"
+    method = str(q.get("quant_method", "")).lower()
+    if method == "fp8":
+        return "float8_block128" if list(q.get("weight_block_size") or []) == [128, 128] else "float8_channel"
+    bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size"))
+    if method in ("gptq", "awq") and bits == 4 and group == 128:
+        return "int4_g128" if method == "gptq" and q.get("sym", False) else "int4_g128_zp"
+    if method == "mxfp4":
+        return "mxfp4"
+    if method == "modelopt" and "fp4" in str(q.get("quant_algo", "")).lower():
+        return "nvfp4"
+    raise ValueError(f"config: quantization_config {dict(q)!r} is not one of the formats read "
+                     "(fp8, 4-bit GPTQ/AWQ in groups of 128, mxfp4, ModelOpt NVFP4): name the format by hand")

@@ -106,6 +106,8 @@ _DEEPSEEK_V3 = {
     "vocab_size": 129280,
     "tie_word_embeddings": False,
     "attention_bias": False,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]},
 }
 
 _QWEN3_NEXT_80B_A3B = {
