@@ -96,8 +96,8 @@ def test_narrower_formats_are_never_slower(name):
 def test_table_shape_and_units():
     assert set(HARDWARE) == {"B200", "H100", "H200", "GB200 NVL72", "R200", "M3 Ultra", "RTX 5090", "DGX Spark",
                              "A100", "B300", "MI300X", "MI355X", "L40S"}
-    assert set(LINKS) == {"infinity_fabric3", "nvlink3", "nvlink4", "nvlink5", "nvlink6", "pcie4_x16", "pcie5_x16", "pcie6_x16",
-                          "nic_200g", "nic_400g", "nic_800g"}
+    assert set(LINKS) == {"infinity_fabric3", "nvlink3", "nvlink4", "nvlink5", "nvlink6", "pcie4_x16", "pcie5_x16",
+                          "pcie6_x16", "nic_200g", "nic_400g", "nic_800g"}
     for hw in HARDWARE.values():
         assert set(hw.flops) <= set(FLOP_FORMATS)
         assert 1e11 < hw.bandwidth < 1e14 and 1e10 < hw.capacity < 1e12, hw.name  # bytes/s and bytes, not GB
@@ -134,7 +134,7 @@ def test_the_planning_accelerators_have_the_vendors_dense_figures():
     # AMD MI300X (footnote MI300-17): BF16 1307.4, FP8 2614.9 TFLOPS, INT8 2614.9 TOPs dense; 5.3 TB/s; 192 GB
     assert mi300x.flops == {"bfloat16": 1307.4e12, "float8": 2614.9e12, "int8": 2614.9e12} and mi300x.capacity == 192e9
     assert round(mi300x.flops["float8"] / mi300x.bandwidth) == 493
-    # AMD Infinity Fabric (MI300X): 128 GB/s a link, both ways; 7 links to the 7 peers = AMD's 896 GB/s aggregate
+    # AMD Infinity Fabric (MI300X): 128 GB/s a link, both ways; 7 peer links = the 896 GB/s aggregate
     assert 7 * 2 * LINKS["infinity_fabric3"].bytes_per_s == 896e9 and "infinity_fabric3" in mi300x.links
     # AMD MI355X: BF16 2.5, FP8 5, MXFP4 10.1 PF dense (the press "20.1 PFLOPS" is the sparse figure); 288 GB, 8 TB/s
     assert mi355x.flops == {"bfloat16": 2.5e15, "float8": 5e15, "float4": 10.1e15}

@@ -46,9 +46,9 @@ def _s(url: str, title: str, quote: str) -> Source:
 LINK_ENTRIES = (
     ("infinity_fabric3", "128", _G, 1, True,
      _s(_MI300X_URL, _MI300X, "Infinity Fabric Links 8; Peak Infinity Fabric Link Bandwidth 128 GB/s"),
-     "one AMD Infinity Fabric link of an MI300X (CDNA 3): 128 GB/s, both directions summed (7 links x 128 = the "
-     "896 GB/s AMD quotes as the GPU's aggregate bidirectional peer bandwidth); half, 64 GB/s, each way. A copy from "
-     "one GPU to one peer uses one link; to all 7 peers at once, 448 GB/s each way"),
+     "one AMD Infinity Fabric link of an MI300X (CDNA 3): 128 GB/s, both directions summed (AMD's page gives no "
+     "direction; 7 peer links x 128 = the 896 GB/s usually quoted as an MI300X's aggregate bidirectional peer "
+     "bandwidth); half, 64 GB/s, each way. A copy to one peer uses one link; to all 7 peers, 448 GB/s each way"),
     ("nvlink3", "600", _G, 1, True,
      _s(_A100_URL, _A100, "Interconnect: NVIDIA NVLink: 600GB/s PCIe Gen4: 64GB/s"),
      "third-generation NVLink (A100): 600 GB/s per GPU, both directions summed; half each way"),
