@@ -94,9 +94,10 @@ def test_narrower_formats_are_never_slower(name):
 
 
 def test_table_shape_and_units():
-    assert set(HARDWARE) == {"B200", "H100", "H200", "GB200 NVL72", "R200", "M3 Ultra", "RTX 5090", "DGX Spark"}
-    assert set(LINKS) == {"nvlink4", "nvlink5", "nvlink6", "pcie4_x16", "pcie5_x16", "pcie6_x16",
-                          "nic_200g", "nic_400g", "nic_800g"}
+    assert set(HARDWARE) == {"B200", "H100", "H200", "GB200 NVL72", "R200", "M3 Ultra", "RTX 5090", "DGX Spark",
+                             "A100", "B300", "MI300X", "MI355X", "L40S"}
+    assert set(LINKS) == {"infinity_fabric3", "nvlink3", "nvlink4", "nvlink5", "nvlink6", "pcie4_x16", "pcie5_x16",
+                          "pcie6_x16", "nic_200g", "nic_400g", "nic_800g"}
     for hw in HARDWARE.values():
         assert set(hw.flops) <= set(FLOP_FORMATS)
         assert 1e11 < hw.bandwidth < 1e14 and 1e10 < hw.capacity < 1e12, hw.name  # bytes/s and bytes, not GB
@@ -113,6 +114,34 @@ def test_link_generations_double():
     assert LINKS["pcie6_x16"].bytes_per_s == 2 * LINKS["pcie5_x16"].bytes_per_s
     assert LINKS["nic_800g"].bytes_per_s == 2 * LINKS["nic_400g"].bytes_per_s == 4 * LINKS["nic_200g"].bytes_per_s
     assert LINKS["nvlink5"].bytes_per_s > 14 * LINKS["pcie5_x16"].bytes_per_s  # NVIDIA: "over 14X ... PCIe Gen5"
+    # NVLink 3 (A100, 600 GB/s both ways) to NVLink 4 (H100, 900 GB/s): x1.5, not x2.
+    assert 2 * LINKS["nvlink4"].bytes_per_s == 3 * LINKS["nvlink3"].bytes_per_s
+
+
+def test_the_planning_accelerators_have_the_vendors_dense_figures():
+    """The machines added for capacity planning, against the figures their vendors
+    print (each quoted in ref.roofline.hardware_more), dense and per GPU."""
+    a100, b300, mi300x, mi355x, l40s = (HARDWARE[n] for n in ("A100", "B300", "MI300X", "MI355X", "L40S"))
+    # NVIDIA A100 80GB SXM: "BFLOAT16 Tensor Core 312 TFLOPS | 624 TFLOPS*", "INT8 ... 624 TOPS", 2,039 GB/s, 80 GB
+    assert (a100.flops, a100.bandwidth, a100.capacity) == ({"bfloat16": 312e12, "int8": 624e12}, 2039e9, 80e9)
+    assert "float8" not in a100.flops and "nvlink3" in a100.links  # Ampere has no FP8 Tensor Cores
+    # HGX B300, per GPU (NVIDIA's Blackwell technical brief, Table 3): FP4 "18 | 14" PF sparse | dense, FP8 9 and
+    # BF16 4.5 PF with sparsity, 270 GB at 7.7 TB/s. Blackwell Ultra keeps the B200's FP8/BF16 and lifts FP4.
+    assert b300.flops == {"bfloat16": 2.25e15, "float8": 4.5e15, "float4": 14e15}
+    assert (b300.bandwidth, b300.capacity) == (7.7e12, 270e9) and "pcie6_x16" in b300.links
+    b200 = HARDWARE["B200"]
+    assert b300.flops["float8"] == b200.flops["float8"] and b300.flops["float4"] > 1.5 * b200.flops["float4"]
+    # AMD MI300X (footnote MI300-17): BF16 1307.4, FP8 2614.9 TFLOPS, INT8 2614.9 TOPs dense; 5.3 TB/s; 192 GB
+    assert mi300x.flops == {"bfloat16": 1307.4e12, "float8": 2614.9e12, "int8": 2614.9e12} and mi300x.capacity == 192e9
+    assert round(mi300x.flops["float8"] / mi300x.bandwidth) == 493
+    # AMD Infinity Fabric (MI300X): 128 GB/s a link, both ways; 7 peer links = the 896 GB/s aggregate
+    assert 7 * 2 * LINKS["infinity_fabric3"].bytes_per_s == 896e9 and "infinity_fabric3" in mi300x.links
+    # AMD MI355X: BF16 2.5, FP8 5, MXFP4 10.1 PF dense (the press "20.1 PFLOPS" is the sparse figure); 288 GB, 8 TB/s
+    assert mi355x.flops == {"bfloat16": 2.5e15, "float8": 5e15, "float4": 10.1e15}
+    assert (mi355x.bandwidth, mi355x.capacity) == (8e12, 288e9) and "20.1" in mi355x.notes
+    # NVIDIA L40S: BF16 362.05 / FP8 733 TFLOPS dense (733* / 1,466* with sparsity), 864 GB/s, 48 GB, PCIe 4
+    assert l40s.flops == {"bfloat16": 362.05e12, "float8": 733e12} and (l40s.bandwidth, l40s.capacity) == (864e9, 48e9)
+    assert l40s.links == ("pcie4_x16",)
 
 
 # ------------------------------------------------------- the tutorial's figures

@@ -18,6 +18,9 @@ Conventions (read these before comparing with a vendor page):
   - a link's bytes_per_s is per direction; NVIDIA's NVLink and PCIe figures are the sum
     of both directions, so they are halved; NIC line rates (Gb/s) are per direction.
   - "announced" entries (R200) carry preliminary figures, as announced.
+The tour's machines are written below; the further ones engineers plan on (A100, B300,
+MI300X, MI355X, L40S) and their links are raw data in ref.roofline.hardware_more,
+built here with the same Figure arithmetic.
 Users add their own entries: Hardware(...) with a Source per numeric field.
 """
 
@@ -27,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from ref.roofline.config import Source
+from ref.roofline.hardware_more import ENTRIES, LINK_ENTRIES
 
 __all__ = ["FIGURES", "FLOP_FORMATS", "HARDWARE", "LINKS", "MEASURED", "Figure", "Hardware", "Link", "Measurement"]
 
@@ -209,6 +213,8 @@ LINKS: dict[str, Link] = {link.name: link for link in (
              "NVIDIA ConnectX-8 SuperNIC Firmware Release Notes v40.44.0208",
              "NVIDIA ConnectX-8 SuperNIC supports 800Gb/s or XDR IB or 2 x 400GbE link speeds."),
           "800 Gb/s line rate per direction (XDR InfiniBand): ConnectX-8, one per GPU in GB300-generation scale-out"),
+    *(_link(name, Figure(text, unit, divisor, halved), src, notes)
+      for name, text, unit, divisor, halved, src, notes in LINK_ENTRIES),
 )}
 
 _DGX_PERF = "8x NVIDIA Blackwell GPUs ... Performance: 72 petaFLOPS training and 144 petaFLOPS inference"
@@ -312,6 +318,8 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (
     }, ("nic_200g",),
         "DGX Spark (GB10 Grace Blackwell superchip). The 128 GB is unified: shared with the 20 CPU cores. NVIDIA "
         "publishes only the sparse FP4 figure; no BF16 or FP8 peak."),
+    *(_hw(name, {f: (Figure(*row[:4]), row[4]) for f, row in rows.items()}, links, notes)
+      for name, rows, links, notes in ENTRIES),
 )}
 
 _LMSYS_8B = ("for smaller models, particularly Llama 3.1 8B, the DGX Spark held its own. With SGLang at batch 1, it "
