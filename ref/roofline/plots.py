@@ -32,7 +32,8 @@ from ref.roofline.weights import weight_bytes
 
 __all__ = ["batch_sweep_svg", "main", "roofline_svg"]
 
-COLOURS = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781", "#bf3989", "#4d2d00")
+COLOURS = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#6e7781", "#bf3989", "#4d2d00",
+           "#9a6700", "#0550ae", "#82071e", "#116329", "#512a97")  # one per machine of the table
 _W, _H = 860, 440
 _LEFT, _RIGHT, _TOP, _BOTTOM = 70, 260, 30, 50
 
