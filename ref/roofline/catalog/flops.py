@@ -19,6 +19,7 @@ from ref.roofline.catalog.kv import int_case
 from ref.roofline.catalog.common import AREA, SHARED_FLAGS, dtype_vectors, invalid_vectors
 from ref.roofline.catalog.params import FLAGS as DECODER_FLAGS
 from ref.testing.catalog_types import Flag, Variant, seed_for
+from ref.testing.flags import COMMON, RANDOM
 from ref.testing.compare import compare_exact
 from ref.testing.params import variant_params
 from ref.testing.vector_files import Case, VectorSpec
@@ -42,6 +43,7 @@ FLAGS = {
                    "a prefill's FLOPs off by 2 * hidden * vocab per position: 1.2 GFLOP per token for Qwen3"),
     **{name: DECODER_FLAGS[name] for name in ("ActiveExperts", "SharedExpert")},
     **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64")},
+    RANDOM: COMMON[RANDOM],  # the seeded random configurations
 }
 
 INPUTS = ("tokens", "context", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "experts",

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from ref.roofline import kv
 from ref.roofline.catalog.common import AREA, SHARED_FLAGS, dtype_vectors, invalid_vectors
 from ref.testing.catalog_types import Flag, seed_for
+from ref.testing.flags import COMMON, RANDOM
 from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case, VectorSpec
 
@@ -29,6 +30,7 @@ BIG = 1 << 62
 
 FLAGS = {
     **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64", "CeilOnce")},
+    RANDOM: COMMON[RANDOM],  # the seeded random configurations
     "ValueHeadDim": Flag("values sized by the key head_dim where v_head_dim differs",
                          "the value half of the cache is mis-sized (MLA-derived and gated models)"),
     "MlaCacheEntry": Flag("MLA's cache counted as the latent alone (or as full per-head keys and values)",
