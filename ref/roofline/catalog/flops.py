@@ -75,7 +75,7 @@ def _random_decoder(rng) -> dict:
     kv = int(rng.integers(1, 4))
     experts = int(rng.choice([0, 0, 3, 7]))
     moe = experts > 0
-    return dict(tokens=int(rng.integers(0, 40)), context=int(rng.integers(0, 90)), layers=int(rng.integers(0, 5)),
+    return dict(tokens=int(rng.integers(1, 40)), context=int(rng.integers(0, 90)), layers=int(rng.integers(0, 5)),
                 hidden=int(rng.integers(1, 70)), heads=kv * int(rng.integers(1, 4)), kv_heads=kv,
                 head_dim=int(rng.integers(1, 20)), intermediate=0 if moe else int(rng.integers(0, 90)),
                 experts=experts, top_k=int(rng.integers(1, experts + 1)) if moe else 0,
