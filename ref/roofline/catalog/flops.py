@@ -71,13 +71,13 @@ _EXACTNESS = ({"tokens": 10**6, "context": 0, **LLAMA_70B}, {"tokens": 4096, "co
 
 
 def _random_decoder(rng) -> dict:
-    """One small valid decoder config (dense or MoE), drawn from `rng`."""
+    """One small valid decoder config (dense or MoE; an even head_dim, as RoPE needs), drawn from `rng`."""
     kv = int(rng.integers(1, 4))
     experts = int(rng.choice([0, 0, 3, 7]))
     moe = experts > 0
     return dict(tokens=int(rng.integers(1, 40)), context=int(rng.integers(0, 90)), layers=int(rng.integers(0, 5)),
                 hidden=int(rng.integers(1, 70)), heads=kv * int(rng.integers(1, 4)), kv_heads=kv,
-                head_dim=int(rng.integers(1, 20)), intermediate=0 if moe else int(rng.integers(0, 90)),
+                head_dim=2 * int(rng.integers(1, 10)), intermediate=0 if moe else int(rng.integers(0, 90)),
                 experts=experts, top_k=int(rng.integers(1, experts + 1)) if moe else 0,
                 expert_intermediate=int(rng.integers(1, 30)) if moe else 0,
                 shared_intermediate=int(rng.integers(0, 30)) if moe else 0, vocab=int(rng.integers(1, 99)))
