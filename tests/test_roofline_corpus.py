@@ -17,6 +17,8 @@ from ref.conformance.adapters import numpy_roofline as R
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import run
+from ref.testing.catalog_types import ExactOp
+from ref.testing.vector_files import load_vectors
 
 I64 = np.int64
 
@@ -311,3 +313,30 @@ def test_correct_calculators_pass_the_catalog(impl):
     report = run(implementation, ops=["roofline.*"], examples=10, shrink=False)
     assert report.ok, report.details()
     assert set(implementation.ops) <= {r.op for r in report.ops}
+
+
+@pytest.mark.skipif(not ROOFLINE_OPS, reason="the roofline catalog entries are not merged yet")
+@pytest.mark.parametrize("op", ROOFLINE_OPS)
+def test_every_input_has_its_invalid_vectors(op):
+    """The golden vectors refuse, for every input in turn: a count negative, as bool and
+    as float; a bool switch as an integer; a float quantity as an integer, NaN and
+    +inf; and one input of shape (1,) beside 0-d ones. An exact op also takes int32
+    and uint8 counts (valid vectors), where arithmetic in the inputs' dtype wraps."""
+    vectors = load_vectors(op)
+    valid = next(v for v in vectors if v.result == "valid")
+    refused = [v.inputs for v in vectors if v.result == "invalid"]
+    for name, arr in valid.inputs.items():
+        seen = [np.asarray(i[name]) for i in refused]
+        kind = np.asarray(arr).dtype.kind
+        wanted = {"i": {"bool": lambda a: a.dtype == np.bool_, "float": lambda a: a.dtype.kind == "f",
+                        "negative": lambda a: a.dtype.kind == "i" and a.size and a.min() < 0},
+                  "f": {"integer": lambda a: a.dtype.kind == "i",
+                        "NaN": lambda a: a.dtype.kind == "f" and np.isnan(a).any(),
+                        "+inf": lambda a: a.dtype.kind == "f" and np.isposinf(a).any()},
+                  "b": {"integer": lambda a: a.dtype.kind == "i"}}[kind]
+        for what, test in wanted.items():
+            assert any(test(a) for a in seen), f"{op}: {name}: no invalid vector with a {what} {name}"
+    assert any({np.shape(a) for a in i.values()} == {(), (1,)} for i in refused), f"{op}: no (1,) beside 0-d"
+    if isinstance(discover()[op], ExactOp):
+        dtypes = {np.asarray(a).dtype for v in vectors if v.result == "valid" for a in v.inputs.values()}
+        assert {np.dtype(np.int32), np.dtype(np.uint8)} <= dtypes, f"{op}: no int32 or uint8 counts"

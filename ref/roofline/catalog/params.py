@@ -134,7 +134,8 @@ def _vectors() -> list[VectorSpec]:
             "invalid")
     v += invalid_vectors(decoder_case([decoder_row(2, 32, 8, 2, 4, 48, 50, tied=True, qk_norm=True, bias=True)], ()),
                          counts=NAMES, flags=BOOLS)
-    v += dtype_vectors([("Qwen3-8B (8.19e9 parameters: past 2^32)", decoder_case([QWEN3_8B], ()), (np.int32, np.uint32)),
+    v += dtype_vectors([("Qwen3-8B (8.19e9 parameters: past 2^32)", decoder_case([QWEN3_8B], ()),
+                         (np.int32, np.uint32)),
                         ("a small model (every count below 256)",
                          decoder_case([decoder_row(3, 200, 8, 2, 64, 250, 255, qk_norm=True),
                                        decoder_row(2, 96, 4, 4, 32, 0, 255, experts=8, top_k=2,
