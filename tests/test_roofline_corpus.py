@@ -17,6 +17,8 @@ from ref.conformance.adapters import numpy_roofline as R
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import run
+from ref.testing.catalog_types import ExactOp
+from ref.testing.vector_files import load_vectors
 
 I64 = np.int64
 
@@ -205,17 +207,95 @@ def _probes():
     }.items()}
 
 
-PROBES = _probes()
+_VARIANT_AXES = ("format", "causal", "lm_head", "overlap")
+
+
+def _derived(probe: dict) -> list[dict]:
+    """From a valid probe: the same inputs as 0-d arrays (the first element), then each
+    input in turn of shape (1,), bool, negative, float (or int, for a float input), NaN
+    and +inf; as int32 and uint8 (where the values fit); and as empty arrays."""
+    params = {k: v for k, v in probe.items() if k in _VARIANT_AXES}
+    x = {k: np.asarray(np.asarray(v).reshape(-1)[0]) for k, v in probe.items() if k not in _VARIANT_AXES}
+    out = [dict(x, **params), {**{k: np.zeros(0, v.dtype) for k, v in x.items()}, **params}]
+    for n, v in x.items():
+        changes = [v.reshape(1), np.asarray(True), np.asarray(-1, I64)]
+        changes += [np.asarray(float(v)), np.asarray(np.nan)] if v.dtype.kind in "iu" else []
+        changes += [np.asarray(1, I64), np.asarray(np.nan), np.asarray(np.inf)] if v.dtype.kind == "f" else []
+        changes += [np.asarray(1, I64)] if v.dtype == np.bool_ else []
+        out += [{**x, n: c, **params} for c in changes]
+    for dt in (np.int32, np.uint8):
+        if all(v.dtype.kind != "i" or np.iinfo(dt).min <= int(v) <= np.iinfo(dt).max for v in x.values()):
+            out.append({**{k: v.astype(dt) if v.dtype.kind == "i" else v for k, v in x.items()}, **params})
+    return out
+
+
+def _big(op: str) -> list[dict]:
+    """Exactness probes: odd counts past 2^24 and 2^53, bits past 2^63 whose bytes fit,
+    int32 inputs whose result passes 2^32; a phase time past float64's range."""
+    p53, p24 = 2 ** 53 + 1, 2 ** 24 + 1
+    if op == roofline_impls.T:
+        return [dict(rows=ints(1, 1, 1), cols=ints(p53, p24, 2 ** 64 // R.FORMATS[f][0]), format=f)
+                for f in R.FORMATS] + [dict(rows=I64(1), cols=I64(2 ** 60), format="bfloat16"),
+                                       dict(rows=np.int32([151936]), cols=np.int32([4096]))]
+    if op == roofline_impls.F:
+        tiny = dict(layers=ints(1, 1, 1), hidden=ints(1, 1, 1), heads=ints(1, 1, 1), kv_heads=ints(1, 1, 1),
+                    head_dim=ints(2, 2, 2), intermediate=ints(0, 0, 0), experts=ints(0, 0, 0), top_k=ints(0, 0, 0),
+                    expert_intermediate=ints(0, 0, 0), shared_intermediate=ints(0, 0, 0), vocab=ints(0, 0, 1),
+                    tokens=ints(1, 2 ** 27 + 1, 1), context=ints(2 ** 52 + 1, 0, 2 ** 52 + 1))
+        qwen = {k: v.astype(np.int32) for k, v in dict(QWEN3_8B, tokens=ints(40000), context=ints(0)).items()}
+        return [dict(tiny, causal=c, lm_head=h) for c in ("exact", "half", "full") for h in ("last", "all", "none")] + [
+            qwen]
+    if op == roofline_impls.D:
+        return [dict({k: v.astype(np.int32) for k, v in QWEN3_8B.items()}, **QWEN3_8B_FLAGS)]
+    if op == roofline_impls.PT:
+        return [dict(flops=np.float64([1e300]), bytes=np.float64([0.0]), peak_flops=np.float64([1e-10]),
+                     bandwidth=np.float64([1.0]), overlap=o) for o in ("max", "sum")]
+    one = {roofline_impls.KV: dict(layers=1, kv_heads=1, head_dim=1, v_head_dim=0, element_bits=8),
+           roofline_impls.ML: dict(layers=1, kv_lora_rank=1, qk_rope_head_dim=0, element_bits=8),
+           roofline_impls.Q: dict(layers=1, kv_heads=1, head_dim=1, bits=8, group=1, residual=0),
+           roofline_impls.M: dict(heads=1, head_dim=1, d_state=1, groups=0, conv_kernel=1, state_bits=8, conv_bits=8),
+           roofline_impls.G: dict(key_heads=0, value_heads=1, key_head_dim=1, value_head_dim=1, conv_kernel=1,
+                                  state_bits=8, conv_bits=8)}.get(op)
+    if one is None:
+        return []
+    count = "layers" if op in (roofline_impls.M, roofline_impls.G) else "tokens"
+    big = [{**{k: ints(v) for k, v in one.items()}, count: ints(n)} for n in (p53, p24, 2 ** 57, 2 ** 60)]
+    width = next(n for n in ("element_bits", "state_bits", "bits") if n in one)
+    big.append({**{k: np.int32([v]) for k, v in one.items()}, count: np.int32([40000]), width: np.int32([2 ** 20])})
+    if op == roofline_impls.Q:  # all 2^24 + 1 tokens in the residual window
+        big.append({**{k: ints(v) for k, v in one.items()}, "tokens": ints(p24), "residual": ints(p24)})
+    return big
+
+
+PROBES = {op: [*probes, *(d for p in probes[:1] for d in _derived(p)), *_big(op)]
+          for op, probes in _probes().items()}
+PROBES[roofline_impls.Q].append(dict(tokens=ints(3), layers=ints(1), kv_heads=ints(1), head_dim=ints(1), bits=ints(2),
+                                      group=ints(2), residual=ints(1)))  # a residual not a multiple of the group
+PROBES[roofline_impls.ML].append(dict(tokens=ints(1), layers=ints(1), kv_lora_rank=ints(1), qk_rope_head_dim=ints(1),
+                                      element_bits=ints(8)))  # not DeepSeek's 512/64
+
+
+def _outcome(fn, inputs):
+    """The outputs (a tuple) or "refused"."""
+    try:
+        out = fn(**inputs)
+    except Exception:  # noqa: BLE001 - any refusal
+        return "refused"
+    return tuple(np.asarray(o) for o in (out if isinstance(out, tuple) else (out,)))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    return all(x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("name", list(roofline_impls.BUGS))
 def test_every_wrong_calculator_differs_somewhere(name):
+    """A different value, dtype or shape, or a refusal where the other answers."""
     op, _, kernel = roofline_impls.BUGS[name]
-    differs = False
-    for inputs in PROBES[op]:
-        good, bad = R.OPS[op](**inputs), kernel(**inputs)
-        good, bad = (good if isinstance(good, tuple) else (good,)), (bad if isinstance(bad, tuple) else (bad,))
-        differs |= not all(np.array_equal(g, b, equal_nan=True) for g, b in zip(good, bad))
+    with np.errstate(all="ignore"):
+        differs = any(not _same(_outcome(R.OPS[op], inputs), _outcome(kernel, inputs)) for inputs in PROBES[op])
     assert differs, f"{name}: the same answers as the correct calculator on every probe"
 
 
@@ -233,3 +313,30 @@ def test_correct_calculators_pass_the_catalog(impl):
     report = run(implementation, ops=["roofline.*"], examples=10, shrink=False)
     assert report.ok, report.details()
     assert set(implementation.ops) <= {r.op for r in report.ops}
+
+
+@pytest.mark.skipif(not ROOFLINE_OPS, reason="the roofline catalog entries are not merged yet")
+@pytest.mark.parametrize("op", ROOFLINE_OPS)
+def test_every_input_has_its_invalid_vectors(op):
+    """The golden vectors refuse, for every input in turn: a count negative, as bool and
+    as float; a bool switch as an integer; a float quantity as an integer, NaN and
+    +inf; and one input of shape (1,) beside 0-d ones. An exact op also takes int32
+    and uint8 counts (valid vectors), where arithmetic in the inputs' dtype wraps."""
+    vectors = load_vectors(op)
+    valid = next(v for v in vectors if v.result == "valid")
+    refused = [v.inputs for v in vectors if v.result == "invalid"]
+    for name, arr in valid.inputs.items():
+        seen = [np.asarray(i[name]) for i in refused]
+        kind = np.asarray(arr).dtype.kind
+        wanted = {"i": {"bool": lambda a: a.dtype == np.bool_, "float": lambda a: a.dtype.kind == "f",
+                        "negative": lambda a: a.dtype.kind == "i" and a.size and a.min() < 0},
+                  "f": {"integer": lambda a: a.dtype.kind == "i",
+                        "NaN": lambda a: a.dtype.kind == "f" and np.isnan(a).any(),
+                        "+inf": lambda a: a.dtype.kind == "f" and np.isposinf(a).any()},
+                  "b": {"integer": lambda a: a.dtype.kind == "i"}}[kind]
+        for what, test in wanted.items():
+            assert any(test(a) for a in seen), f"{op}: {name}: no invalid vector with a {what} {name}"
+    assert any({np.shape(a) for a in i.values()} == {(), (1,)} for i in refused), f"{op}: no (1,) beside 0-d"
+    if isinstance(discover()[op], ExactOp):
+        dtypes = {np.asarray(a).dtype for v in vectors if v.result == "valid" for a in v.inputs.values()}
+        assert {np.dtype(np.int32), np.dtype(np.uint8)} <= dtypes, f"{op}: no int32 or uint8 counts"

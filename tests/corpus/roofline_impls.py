@@ -326,6 +326,205 @@ def _time(combine):
     return wrong
 
 
+
+# ------------------------------------------------------------------ exactness and input checks (any op)
+
+def _via(dtype, fn):
+    """The exact count carried through `dtype` (float64 rounds past 2^53, float32 past 2^24)."""
+    def kernel(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return tuple(o.astype(dtype).astype(np.int64) for o in out) if isinstance(out, tuple) else (
+            out.astype(dtype).astype(np.int64))
+    return kernel
+
+
+def _numpy_int64(fn, bits):
+    """The product's checks and its past-int64 refusal, then the bits in numpy int64
+    (wrapping silently past 2^63) and ceil(bits / 8): bits(dict of int64 arrays)."""
+    def kernel(**inputs):
+        fn(**inputs)
+        with np.errstate(over="ignore"):
+            return (bits({k: np.asarray(v, np.int64) for k, v in inputs.items()}) + 7) // 8
+    return kernel
+
+
+def _own_dtype(fn, bits):
+    """bits computed in the inputs' own dtype (int32 inputs wrap past 2^31)."""
+    def kernel(**inputs):
+        fn(**inputs)
+        with np.errstate(over="ignore"):
+            return ((bits({k: np.asarray(v) for k, v in inputs.items()}) + 7) // 8).astype(np.int64)
+    return kernel
+
+
+def _bools_as_ints(fn, names=None):
+    """Bool inputs (of the `names`, or any) converted to int64 before the checks."""
+    def kernel(*args, **inputs):
+        return fn(*args, **{k: np.asarray(v).astype(np.int64) if np.asarray(v).dtype == np.bool_ and (
+            names is None or k in names) else v for k, v in inputs.items()})
+    return kernel
+
+
+def _ints_as_bools(fn, names):
+    """Integer inputs among `names` (bool switches) read as bools."""
+    def kernel(**inputs):
+        return fn(**{k: np.asarray(v).astype(bool) if k in names else v for k, v in inputs.items()})
+    return kernel
+
+
+def _ints_as_floats(fn, names):
+    """Integer inputs among `names` (float quantities) converted with astype(float64)."""
+    def kernel(*args, **inputs):
+        return fn(*args, **{k: np.asarray(v).astype(np.float64) if k in names and np.asarray(v).dtype.kind in "iub"
+                            else v for k, v in inputs.items()})
+    return kernel
+
+
+def _sizes_not_shapes(fn):
+    """Inputs compared by size, not shape: raveled, the result reshaped to the first input's shape."""
+    def kernel(*args, **inputs):
+        arrays = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray) or np.ndim(v)}
+        first = np.asarray(next(iter(inputs.values())))
+        if any(np.size(v) != first.size for v in arrays.values()):
+            raise ValueError("sizes differ")
+        out = fn(*args, **{k: np.asarray(v).reshape(-1) if k in arrays or isinstance(v, np.generic) else v
+                           for k, v in inputs.items()})
+        return tuple(o.reshape(first.shape) for o in out) if isinstance(out, tuple) else out.reshape(first.shape)
+    return kernel
+
+
+def _sign_checked_only(fn, signed):
+    """Negative values of the counts not in `signed` passed on as their absolute value."""
+    def kernel(*args, **inputs):
+        return fn(*args, **{k: np.abs(v) if k not in signed and np.asarray(v).dtype.kind == "i" else v
+                            for k, v in inputs.items()})
+    return kernel
+
+
+def _empty_as_float(fn):
+    """The result rebuilt from a list: an empty one comes back float64."""
+    def kernel(**inputs):
+        out = fn(**inputs)
+        return np.array(out.reshape(-1).tolist()).reshape(out.shape)
+    return kernel
+
+
+def _forward_float64_when(test):
+    """flops.forward's count through float64 under the variants `test(causal, lm_head)` picks."""
+    def kernel(*, causal="exact", lm_head="last", **inputs):
+        out = P.forward_flops(causal=causal, lm_head=lm_head, **inputs)
+        return out.astype(np.float64).astype(np.int64) if test(causal, lm_head) else out
+    return kernel
+
+
+def _half_pairs_float64(*, causal="exact", lm_head="last", **inputs):
+    """causal=half's pairs as t * ctx + 0.5 * t**2 in float64, the rest exact, summed in float64."""
+    out = P.forward_flops(causal=causal, lm_head=lm_head, **inputs)
+    if causal != "half":
+        return out
+    c = P.counts("f", P.FORWARD, **inputs)
+    hd = np.asarray(c["heads"] * c["head_dim"], np.float64)
+    t, ctx = np.asarray(c["tokens"], np.float64), np.asarray(c["context"], np.float64)
+    rest = np.asarray(c["layers"] * P.projection_flops(c) + P.lm_head_flops(c, lm_head), np.float64)
+    return (np.asarray(c["layers"], np.float64) * 4 * hd * (t * ctx + 0.5 * t ** 2) + rest).astype(np.int64)
+
+
+def _kivi_residual_rounded_up(tokens, group, residual):
+    q = np.maximum(tokens - P.ceil_div(residual, group) * group, 0) // group * group
+    return q, tokens - q
+
+
+def _mla_latent_unless_deepseek(**inputs):
+    """The RoPE key counted only for DeepSeek's 512 + 64 (a table keyed on the published config)."""
+    out = P.kv_mla(**inputs)
+    c = P.counts("m", _MLA_NAMES, **inputs)
+    latent = P.to_bytes(c["tokens"] * c["layers"] * c["kv_lora_rank"] * c["element_bits"])
+    deepseek = np.asarray((c["kv_lora_rank"] == 512) & (c["qk_rope_head_dim"] == 64), bool)
+    return np.where(deepseek, out, P.int64_result("m", latent, _MLA_NAMES))
+
+
+def _negative_top_k(experts, top_k, tokens, **_):
+    k = np.asarray(top_k)
+    return P.expected_experts(experts, np.abs(k) if k.dtype.kind == "i" else k, tokens)
+
+
+def _time_overflow_inf(flops, bytes, peak_flops, bandwidth, *, overlap="max", **_):  # noqa: A002
+    try:
+        return P.phase_time(flops, bytes, peak_flops, bandwidth, overlap=overlap)
+    except ValueError as exc:
+        if "overflows" not in str(exc):
+            raise
+        with np.errstate(over="ignore"):
+            c, m = np.asarray(flops) / peak_flops, np.asarray(bytes) / bandwidth
+            return np.maximum(c, m) if overlap == "max" else c + m
+
+
+def _rates_by_sign_only(flops, bytes, peak_flops, bandwidth, *, overlap="max", **_):  # noqa: A002
+    """The hardware rates checked by `<= 0` only: NaN and inf pass."""
+    P.reals("p", flops=flops, bytes=bytes)
+    p, w = np.asarray(peak_flops), np.asarray(bandwidth)
+    if p.dtype != np.float64 or w.dtype != np.float64 or p.shape != np.shape(flops) or w.shape != p.shape:
+        raise TypeError("peak_flops, bandwidth: float64 of the shape of flops")
+    if np.any(p <= 0) or np.any(w <= 0):
+        raise ValueError("peak_flops, bandwidth: must be > 0")
+    with np.errstate(all="ignore"):
+        c, m = np.asarray(flops) / p, np.asarray(bytes) / w
+        return np.maximum(c, m) if overlap == "max" else c + m
+
+
+def _cost_by_sign_and_inf(alpha, k, cost, **_):
+    """cost checked by `< 0` and isinf: NaN passes."""
+    co = np.asarray(cost)
+    if co.dtype != np.float64 or np.any(co < 0) or np.any(np.isinf(co)) or co.shape != np.shape(alpha):
+        raise ValueError("cost")
+    return P.expected_tokens(alpha, k) / (np.asarray(k) * co + 1.0)
+
+
+_MLA_NAMES = "tokens layers kv_lora_rank qk_rope_head_dim element_bits"
+
+
+def _kv_bits(x):
+    return x["tokens"] * x["layers"] * x["kv_heads"] * (x["head_dim"] + x["v_head_dim"]) * x["element_bits"]
+
+
+def _mla_bits(x):
+    return x["tokens"] * x["layers"] * (x["kv_lora_rank"] + x["qk_rope_head_dim"]) * x["element_bits"]
+
+
+def _kivi_bits(x):
+    q = np.maximum(x["tokens"] - x["residual"], 0) // x["group"] * x["group"]
+    head = (2 * q * x["head_dim"] * x["bits"] + (q // x["group"]) * x["head_dim"] * 32
+            + q * ((x["head_dim"] + x["group"] - 1) // x["group"]) * 32 + (x["tokens"] - q) * 2 * x["head_dim"] * 16)
+    return head * x["kv_heads"] * x["layers"]
+
+
+def _mamba_bits(x):
+    return x["layers"] * (x["heads"] * x["head_dim"] * x["d_state"] * x["state_bits"] + (
+        x["heads"] * x["head_dim"] + 2 * x["groups"] * x["d_state"]) * (x["conv_kernel"] - 1) * x["conv_bits"])
+
+
+def _gdn_bits(x):
+    return x["layers"] * (x["value_heads"] * x["key_head_dim"] * x["value_head_dim"] * x["state_bits"] + (
+        2 * x["key_heads"] * x["key_head_dim"] + x["value_heads"] * x["value_head_dim"]) * (x["conv_kernel"] - 1)
+        * x["conv_bits"])
+
+
+def _tensor_float64(rows, cols, *, format="bfloat16", **_):  # noqa: A002
+    P.tensor_bytes(rows, cols, format=format)
+    e, b, br, s, z, r, t = P.FORMATS[format]
+    rr, cc = np.asarray(rows, np.float64), np.asarray(cols, np.float64)
+    blocks = np.ceil(rr / br) * np.ceil(cc / b) if b else 0.0 * rr
+    return np.ceil((rr * cc * e + blocks * (s + z) + rr * r + t * (rr * cc > 0)) / 8).astype(np.int64)
+
+
+def _tensor_int64(rows, cols, *, format="bfloat16", **_):  # noqa: A002
+    P.tensor_bytes(rows, cols, format=format)
+    e, b, br, s, z, r, t = P.FORMATS[format]
+    rr, cc = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    with np.errstate(over="ignore"):
+        blocks = ((rr + br - 1) // br) * ((cc + b - 1) // b) if b else 0 * rr
+        return ((rr * cc * e + blocks * (s + z) + rr * r + t * (rr * cc > 0) + 7) // 8).astype(np.int64)
+
 T, D, KV, Q, M, G = ("roofline.tensor_bytes", "roofline.params.decoder", "roofline.kv_bytes.attention",
                      "roofline.kv_bytes.quantized", "roofline.state_bytes.mamba2", "roofline.state_bytes.gated_delta")
 F, E, S, SP, PT = ("roofline.flops.forward", "roofline.moe.expected_experts", "roofline.specdec.expected_tokens",
@@ -490,6 +689,70 @@ BUGS = {
         lambda c, m, o: c if o == "max" else c + m))),
     "the compute time ignored": (PT, "ComputeBound", _float_op(P.phase_time, _time(
         lambda c, m, o: m if o == "max" else c + m))),
+    # exactness (Int64): through float64 or float32, bits in numpy int64, the inputs' own dtype
+    "tensor bits in float64": (T, "Int64", _tensor_float64),
+    "tensor bits in numpy int64 (wrap past 2^63, bytes checked)": (T, "Int64", _tensor_int64),
+    "tensor bytes through float32": (T, "Int64", _via(np.float32, P.tensor_bytes)),
+    "KV bits in numpy int64": (KV, "Int64", _numpy_int64(P.kv_attention, _kv_bits)),
+    "KV bits in the inputs' own dtype (int32 wraps)": (KV, "Int64", _own_dtype(P.kv_attention, _kv_bits)),
+    "MLA bits in the inputs' own dtype": (ML, "Int64", _own_dtype(P.kv_mla, _mla_bits)),
+    "KIVI bits in the inputs' own dtype": (Q, "Int64", _own_dtype(P.kv_quantized, _kivi_bits)),
+    "Mamba-2 bits in the inputs' own dtype": (M, "Int64", _own_dtype(P.mamba2_state, _mamba_bits)),
+    "GDN bits in the inputs' own dtype": (G, "Int64", _own_dtype(P.gated_delta_state, _gdn_bits)),
+    "MLA bytes through float64": (ML, "Int64", _via(np.float64, P.kv_mla)),
+    "MLA bytes through float32": (ML, "Int64", _via(np.float32, P.kv_mla)),
+    "MLA bits in numpy int64": (ML, "Int64", _numpy_int64(P.kv_mla, _mla_bits)),
+    "KIVI bytes through float64": (Q, "Int64", _via(np.float64, P.kv_quantized)),
+    "KIVI bytes through float32": (Q, "Int64", _via(np.float32, P.kv_quantized)),
+    "KIVI bits in numpy int64": (Q, "Int64", _numpy_int64(P.kv_quantized, _kivi_bits)),
+    "Mamba-2 bytes through float64": (M, "Int64", _via(np.float64, P.mamba2_state)),
+    "Mamba-2 bytes through float32": (M, "Int64", _via(np.float32, P.mamba2_state)),
+    "Mamba-2 bits in numpy int64": (M, "Int64", _numpy_int64(P.mamba2_state, _mamba_bits)),
+    "GDN bytes through float64": (G, "Int64", _via(np.float64, P.gated_delta_state)),
+    "GDN bytes through float32": (G, "Int64", _via(np.float32, P.gated_delta_state)),
+    "GDN bits in numpy int64": (G, "Int64", _numpy_int64(P.gated_delta_state, _gdn_bits)),
+    "causal=half's pairs as 0.5 * t**2 in float64": (F, "Int64", _half_pairs_float64),
+    "FLOPs through float64 under causal=full": (F, "Int64", _forward_float64_when(lambda c, h: c == "full")),
+    "FLOPs through float64 under lm_head=all": (F, "Int64", _forward_float64_when(lambda c, h: h == "all")),
+    "parameters in the inputs' own dtype (int32 wraps)": (D, "Int64", lambda **i: tuple(
+        (np.asarray(o).astype(np.int64) + 2**31) % 2**32 - 2**31 if np.asarray(i["hidden"]).dtype == np.int32 else o
+        for o in P.decoder_params(**i))),
+    "FLOPs in the inputs' own dtype (int32 wraps)": (F, "Int64", lambda *, causal="exact", lm_head="last", **i: (
+        lambda o: (o + 2**31) % 2**32 - 2**31 if np.asarray(i["tokens"]).dtype == np.int32 else o)(
+        P.forward_flops(causal=causal, lm_head=lm_head, **i))),
+    # definitions the published configs alone do not pin down
+    "KIVI's residual rounded up to a whole group": (Q, "KiviResidual", _kv(
+        P.kv_quantized, _kivi(split=_kivi_residual_rounded_up), _KIVI_NAMES)),
+    "MLA's RoPE key only for DeepSeek's 512/64": (ML, "MlaCacheEntry", _mla_latent_unless_deepseek),
+    # empty input (EmptyInput): the result rebuilt from a list comes back float64
+    **{f"{n}: an empty result as float64": (op, "EmptyInput", _empty_as_float(fn)) for n, op, fn in (
+        ("MLA", ML, P.kv_mla), ("KIVI", Q, P.kv_quantized), ("Mamba-2", M, P.mamba2_state),
+        ("GDN", G, P.gated_delta_state))},
+    # input checks (InvalidInput)
+    **{f"{n}: bool counts accepted": (op, "InvalidInput", _bools_as_ints(fn)) for n, op, fn in (
+        ("KV", KV, P.kv_attention), ("MLA", ML, P.kv_mla), ("KIVI", Q, P.kv_quantized),
+        ("Mamba-2", M, P.mamba2_state), ("GDN", G, P.gated_delta_state), ("FLOPs", F, P.forward_flops))},
+    "expected tokens: bool k accepted": (S, "InvalidInput", _bools_as_ints(P.expected_tokens)),
+    "params: integer switches accepted (qk_norm=1)": (D, "InvalidInput", _ints_as_bools(
+        P.decoder_params, ("qk_norm", "bias", "shared_gate"))),
+    **{f"{n}: sizes compared, not shapes": (op, "InvalidInput", _sizes_not_shapes(fn)) for n, op, fn in (
+        ("tensor", T, P.tensor_bytes), ("params", D, P.decoder_params), ("KV", KV, P.kv_attention),
+        ("Mamba-2", M, P.mamba2_state), ("FLOPs", F, P.forward_flops), ("experts", E, P.expected_experts),
+        ("expected tokens", S, P.expected_tokens), ("phase time", PT, P.phase_time))},
+    **{f"{n}: sign checked only on {', '.join(signed)}": (op, "InvalidInput", _sign_checked_only(fn, signed))
+       for n, op, fn, signed in (
+           ("tensor", T, P.tensor_bytes, ("rows",)), ("params", D, P.decoder_params, ("layers", "vocab")),
+           ("KV", KV, P.kv_attention, ("tokens", "element_bits")), ("MLA", ML, P.kv_mla, ("tokens", "element_bits")),
+           ("KIVI", Q, P.kv_quantized, ("tokens", "residual")), ("Mamba-2", M, P.mamba2_state, ("layers", "conv_bits")),
+           ("GDN", G, P.gated_delta_state, ("layers", "conv_bits")),
+           ("FLOPs", F, P.forward_flops, ("tokens", "context")))},
+    "expected experts: negative top_k accepted": (E, "InvalidInput", _negative_top_k),
+    "phase time: an overflowing time returned as inf": (PT, "InvalidInput", _time_overflow_inf),
+    "phase time: rates checked by `<= 0` only (NaN, inf pass)": (PT, "InvalidInput", _rates_by_sign_only),
+    "phase time: integer rates accepted": (PT, "InvalidInput", _ints_as_floats(
+        P.phase_time, ("flops", "bytes", "peak_flops", "bandwidth"))),
+    "speedup: NaN cost accepted": (SP, "InvalidInput", _cost_by_sign_and_inf),
+    "speedup: integer cost accepted": (SP, "InvalidInput", _ints_as_floats(P.speedup, ("cost",))),
 }
 
 

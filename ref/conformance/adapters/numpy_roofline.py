@@ -77,6 +77,12 @@ def ceil_div(a, b):
     return -(-a // b)
 
 
+def ones(mask):
+    """A comparison's result as Python ints 0/1 (an object array): NumPy bools times a
+    Python int past int64 would go through int64 (a 0-d one raises OverflowError)."""
+    return np.asarray(np.asarray(mask).astype(np.int64), dtype=object)
+
+
 def to_bytes(bits):
     return ceil_div(bits, 8)
 
@@ -89,8 +95,8 @@ def format_bits(rows, cols, fmt: str, *, table=None, blocks=ceil_div):
     e, b, br, s, z, r, t = (table or FORMATS)[fmt]
     per_band = br * cols * e + (blocks(cols, b) * (s + z) if b else 0)  # one band of br rows
     bands, tail = rows // br, rows % br
-    bits = bands * per_band + tail * cols * e + ((tail > 0) * blocks(cols, b) * (s + z) if b else 0)
-    return bits + rows * r + t * ((rows > 0) & (cols > 0))
+    bits = bands * per_band + tail * cols * e + (ones(tail > 0) * blocks(cols, b) * (s + z) if b else 0)
+    return bits + rows * r + t * ones((rows > 0) & (cols > 0))
 
 
 def tensor_bytes(rows, cols, *, format="bfloat16", **_):  # noqa: A002 - the catalog's variant name
@@ -125,7 +131,7 @@ def layer_params(c, routed_experts):
     h, d = c["hidden"], c["head_dim"]
     attention = h * d * (2 * c["heads"] + 2 * c["kv_heads"])  # q and o by heads, k and v by kv_heads
     attention = attention + c["bias"] * d * (c["heads"] + 2 * c["kv_heads"]) + c["qk_norm"] * 2 * d
-    ffn = 3 * h * c["intermediate"] + (c["experts"] > 0) * (
+    ffn = 3 * h * c["intermediate"] + ones(c["experts"] > 0) * (
         h * c["experts"] + routed_experts * 3 * h * c["expert_intermediate"]
         + 3 * h * c["shared_intermediate"] + c["shared_gate"] * h)
     return attention + ffn + 2 * h
@@ -240,7 +246,7 @@ def projection_flops(c):
     """One layer's weight matrices times the new tokens: q, k, v, o and the FFN."""
     h = c["hidden"]
     qkvo = h * c["head_dim"] * (2 * c["heads"] + 2 * c["kv_heads"])
-    ffn = 3 * h * c["intermediate"] + (c["experts"] > 0) * (
+    ffn = 3 * h * c["intermediate"] + ones(c["experts"] > 0) * (
         h * c["experts"] + c["top_k"] * 3 * h * c["expert_intermediate"] + 3 * h * c["shared_intermediate"])
     return 2 * c["tokens"] * (qkvo + ffn)
 
@@ -248,7 +254,7 @@ def projection_flops(c):
 def lm_head_flops(c, lm_head: str):
     per_token = 2 * c["hidden"] * c["vocab"]
     if lm_head == "last":
-        return per_token * (c["tokens"] > 0)
+        return per_token * ones(c["tokens"] > 0)
     return per_token * c["tokens"] if lm_head == "all" else 0 * per_token
 
 

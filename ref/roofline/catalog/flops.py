@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from ref.roofline import flops
 from ref.roofline.catalog.kv import int_case
-from ref.roofline.catalog.common import AREA, SHARED_FLAGS
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS, dtype_vectors, invalid_vectors
 from ref.roofline.catalog.params import FLAGS as DECODER_FLAGS
-from ref.testing.catalog_types import Flag, Variant
+from ref.testing.catalog_types import Flag, Variant, seed_for
+from ref.testing.flags import COMMON, RANDOM
 from ref.testing.compare import compare_exact
 from ref.testing.params import variant_params
 from ref.testing.vector_files import Case, VectorSpec
@@ -42,6 +43,7 @@ FLAGS = {
                    "a prefill's FLOPs off by 2 * hidden * vocab per position: 1.2 GFLOP per token for Qwen3"),
     **{name: DECODER_FLAGS[name] for name in ("ActiveExperts", "SharedExpert")},
     **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64")},
+    RANDOM: COMMON[RANDOM],  # the seeded random configurations
 }
 
 INPUTS = ("tokens", "context", "layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "experts",
@@ -58,6 +60,27 @@ QWEN15_MOE = dict(layers=24, hidden=2048, heads=16, kv_heads=16, head_dim=128, i
 SMALL = dict(layers=2, hidden=8, heads=4, kv_heads=2, head_dim=2, intermediate=6, experts=0, top_k=0,
              expert_intermediate=0, shared_intermediate=0, vocab=5)
 SMALL_MOE = {**SMALL, "intermediate": 0, "experts": 4, "top_k": 2, "expert_intermediate": 3}
+
+
+TINY = dict(layers=1, hidden=1, heads=1, kv_heads=1, head_dim=2, intermediate=0, experts=0, top_k=0,
+            expert_intermediate=0, shared_intermediate=0, vocab=0)
+_EXACTNESS = ({"tokens": 10**6, "context": 0, **LLAMA_70B}, {"tokens": 4096, "context": 1 << 31, **SMALL},
+              {"tokens": 3, "context": (1 << 52) + 1, **SMALL}, {"tokens": 1, "context": (1 << 52) + 1, **TINY},
+              {"tokens": (1 << 27) + 1, "context": 0, **TINY},
+              {"tokens": 1, "context": (1 << 52) + 1, **{**TINY, "vocab": 1}})
+
+
+def _random_decoder(rng) -> dict:
+    """One small valid decoder config (dense or MoE; an even head_dim, as RoPE needs), drawn from `rng`."""
+    kv = int(rng.integers(1, 4))
+    experts = int(rng.choice([0, 0, 3, 7]))
+    moe = experts > 0
+    return dict(tokens=int(rng.integers(1, 40)), context=int(rng.integers(0, 90)), layers=int(rng.integers(0, 5)),
+                hidden=int(rng.integers(1, 70)), heads=kv * int(rng.integers(1, 4)), kv_heads=kv,
+                head_dim=2 * int(rng.integers(1, 10)), intermediate=0 if moe else int(rng.integers(0, 90)),
+                experts=experts, top_k=int(rng.integers(1, experts + 1)) if moe else 0,
+                expert_intermediate=int(rng.integers(1, 30)) if moe else 0,
+                shared_intermediate=int(rng.integers(0, 30)) if moe else 0, vocab=int(rng.integers(1, 99)))
 
 
 def _rows(*rows: dict) -> dict:
@@ -118,12 +141,20 @@ def forward_vectors() -> list[VectorSpec]:
     for what, change in bad_moe.items():
         add(f"{what} is rejected", ("InvalidInput", "ActiveExperts"), result="invalid", tokens=2, context=0,
             **{**SMALL_MOE, **change})
-    add("a negative context is rejected", ("InvalidInput",), result="invalid", tokens=2, context=-1, **SMALL)
-    add("tokens of another shape than the rest is rejected", ("InvalidInput",), result="invalid",
-        tokens=[2, 2], context=0, **SMALL)
-    specs.append(VectorSpec("float64 tokens are rejected", ("InvalidInput",),
-                            Case({**int_case(tokens=2, context=0, **SMALL).inputs,
-                                  "tokens": np.float64(2)}), "invalid"))
+    specs += invalid_vectors(int_case(tokens=2, context=1, **SMALL), counts=INPUTS)
+    specs += dtype_vectors([("Qwen3-8B prefill of 40,000 tokens (past 2^32 FLOPs)",
+                             int_case(tokens=40000, context=0, **QWEN3_8B), (np.int32, np.uint32)),
+                            ("a small model's 200 tokens after 255 (every input below 256)",
+                             int_case(tokens=200, context=255, **SMALL), (np.uint8,))], INPUTS)
+    for causal in CAUSAL.values:
+        for lm in LM_HEAD.values:
+            add(f"odd counts past 2^53 under causal={causal}, lm_head={lm}: Llama-3.1-70B's 1M-token prefill, "
+                "4,096 tokens after 2^31, 3 after 2^52 + 1, one after 2^52 + 1 (half's t^2/2 in float64), "
+                "2^27 + 1 tokens (the full square), one token of a vocab-1 LM head after 2^52 + 1",
+                ("Int64",), {"causal": causal, "lm_head": lm}, **_rows(*_EXACTNESS))
+        rng = np.random.default_rng(seed_for(f"roofline.flops.forward:{causal}"))
+        add(f"random small decoders, dense and MoE (seeded), causal={causal}, lm_head=all", ("Random",),
+            {"causal": causal, "lm_head": "all"}, **_rows(*(_random_decoder(rng) for _ in range(8))))
     return specs
 
 

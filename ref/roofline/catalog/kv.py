@@ -18,8 +18,9 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.roofline import kv
-from ref.roofline.catalog.common import AREA, SHARED_FLAGS
-from ref.testing.catalog_types import Flag
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS, dtype_vectors, invalid_vectors
+from ref.testing.catalog_types import Flag, seed_for
+from ref.testing.flags import COMMON, RANDOM
 from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case, VectorSpec
 
@@ -29,6 +30,7 @@ BIG = 1 << 62
 
 FLAGS = {
     **{name: SHARED_FLAGS[name] for name in ("GQA", "Int64", "CeilOnce")},
+    RANDOM: COMMON[RANDOM],  # the seeded random configurations
     "ValueHeadDim": Flag("values sized by the key head_dim where v_head_dim differs",
                          "the value half of the cache is mis-sized (MLA-derived and gated models)"),
     "MlaCacheEntry": Flag("MLA's cache counted as the latent alone (or as full per-head keys and values)",
@@ -58,17 +60,38 @@ def _spec(comment: str, flags, result: str = "valid", params: dict | None = None
 
 
 def _invalid(make, names: tuple[str, ...], base: dict) -> list[VectorSpec]:
-    """The invalid inputs every counting op refuses, built from a valid `base`."""
-    first = names[0]
-    return [
-        make(f"a negative {names[-1]} is rejected", ("InvalidInput",), "invalid",
-             **{**base, names[-1]: -1}),
-        make(f"{first} of another shape than the rest is rejected (no broadcasting)", ("InvalidInput",), "invalid",
-             **{**base, first: [base[first], base[first]]}),
-        VectorSpec(f"a float64 {first} is rejected (counts are integers)", ("InvalidInput",),
-                   Case({**{k: np.asarray(v, np.int64) for k, v in base.items()},
-                         first: np.asarray(base[first], np.float64)}), "invalid"),
-    ]
+    """The invalid inputs every counting op refuses (common.invalid_vectors), from a valid `base`."""
+    return invalid_vectors(int_case(None, **base), counts=names)
+
+
+def _exactness(names: tuple[str, ...], rows: list[tuple[str, dict]]) -> list[VectorSpec]:
+    """Int64 vectors, each in 0-d and 1-d form: (comment, inputs) rows."""
+    out = []
+    for comment, inputs in rows:
+        out.append(_spec(comment + " (0-d inputs)", ("Int64",), **inputs))
+        out.append(_spec(comment + " (1-d inputs)", ("Int64",), **{k: [inputs[k]] for k in names}))
+    return out
+
+
+def _dtypes(names: tuple[str, ...], big: dict, small: dict, what: str) -> list[VectorSpec]:
+    """The same op with int32/uint32 inputs past 2^32 in the result, and uint8 inputs."""
+    return dtype_vectors([(f"{what} (its bit count passes 2^32)", int_case(None, **big), (np.int32, np.uint32)),
+                          ("a small configuration (every input below 256, the result past 255)",
+                           int_case(None, **small), (np.uint8,))], names)
+
+
+def _random(names: tuple[str, ...], op: str, maxima: dict, minima: dict | None = None, n: int = 12) -> VectorSpec:
+    """Seeded random small configurations (not the published ones): a calculator keyed
+    on the published models' numbers meets configurations it has not seen."""
+    rng = np.random.default_rng(seed_for(op))
+    minima = minima or {}
+    return _spec("random small configurations (seeded)", ("Random",),
+                 **{k: rng.integers(minima.get(k, 0), maxima[k] + 1, n) for k in names})
+
+
+def _empty(names: tuple[str, ...]) -> VectorSpec:
+    return _spec("empty int64 arrays give an empty int64 output (shape (0,))", ("EmptyInput",),
+                 **{k: np.zeros(0, np.int64) for k in names})
 
 
 def _stack(*rows: dict) -> dict:
@@ -80,7 +103,7 @@ def attention_vectors() -> list[VectorSpec]:
     qwen3_8b = dict(layers=36, kv_heads=8, head_dim=128, v_head_dim=128, element_bits=16)  # Qwen3-8B config.json
     llama_70b = dict(layers=80, kv_heads=8, head_dim=128, v_head_dim=128, element_bits=16)  # Llama-3.1-70B
     s = _spec
-    return [
+    return _more_attention() + [
         s("Qwen3-8B, one token: 36 * 8 * (128 + 128) * 2 bytes = 147,456 (the tour's figure)", ("GQA",),
           tokens=1, **qwen3_8b),
         s("Llama-3.1-70B class, one token: 80 * 8 * 256 * 2 = 327,680 (the tour's figure)", ("GQA",),
@@ -110,7 +133,7 @@ def attention_vectors() -> list[VectorSpec]:
 def mla_vectors() -> list[VectorSpec]:
     dsv3 = dict(layers=61, kv_lora_rank=512, qk_rope_head_dim=64, element_bits=16)  # DeepSeek-V3 config.json
     s = _spec
-    return [
+    return _more_mla() + [
         s("DeepSeek-V3, one token: 61 * (512 + 64) * 2 = 70,272 bytes", ("MlaCacheEntry",), tokens=1, **dsv3),
         s("DeepSeek-V3 at 128k tokens, FP8 latent (vLLM's fp8 KV cache)", ("MlaCacheEntry",),
           tokens=131072, layers=61, kv_lora_rank=512, qk_rope_head_dim=64, element_bits=8),
@@ -133,7 +156,7 @@ def quantized_vectors() -> list[VectorSpec]:
 
     def row(tokens, **over):
         return {**base, "tokens": tokens, **over}
-    return [
+    return _more_quantized() + [
         s("Qwen3-8B with KIVI-2 (group 32, residual 128) at 40,000 tokens and at 1M tokens",
           ("KiviValueGroups", "KiviScales"),
           **_stack(row(40000), row(10**6))),
@@ -160,7 +183,7 @@ def mamba2_vectors() -> list[VectorSpec]:
     # n_groups 8, conv_kernel 4): fp32 state [128, 64, 128] = 4 MiB per layer (the tour's "~4 MB")
     nemotron = dict(heads=128, head_dim=64, d_state=128, groups=8, conv_kernel=4, state_bits=32, conv_bits=16)
     s = _spec
-    return [
+    return _more_mamba2() + [
         s("Nemotron-H-8B, one Mamba-2 layer: 4 MiB of fp32 state plus a bf16 conv window of 3 x 10240",
           ("SsmState", "ConvState"), layers=1, **nemotron),
         s("Nemotron-H-8B's 24 Mamba-2 layers", ("SsmState", "ConvState"), layers=24, **nemotron),
@@ -183,7 +206,7 @@ def gated_delta_vectors() -> list[VectorSpec]:
     qwen3_next = dict(key_heads=16, value_heads=32, key_head_dim=128, value_head_dim=128, conv_kernel=4,
                       state_bits=32, conv_bits=16)
     s = _spec
-    return [
+    return _more_gated_delta() + [
         s("Qwen3-Next-80B-A3B's 36 Gated DeltaNet layers: fp32 state [32, 128, 128] each, bf16 conv window",
           ("ConvState",), layers=36, **qwen3_next),
         s("more value heads than key heads: the state has value_heads slices of [dk, dv]", ("GQA",),
@@ -198,6 +221,119 @@ def gated_delta_vectors() -> list[VectorSpec]:
         *_invalid(_spec, ("layers", "key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel",
                           "state_bits", "conv_bits"), {"layers": 1, **qwen3_next}),
     ]
+
+
+KV_NAMES = ("tokens", "layers", "kv_heads", "head_dim", "v_head_dim", "element_bits")
+MLA_NAMES = ("tokens", "layers", "kv_lora_rank", "qk_rope_head_dim", "element_bits")
+KIVI_NAMES = ("tokens", "layers", "kv_heads", "head_dim", "bits", "group", "residual")
+MAMBA2_NAMES = ("layers", "heads", "head_dim", "d_state", "groups", "conv_kernel", "state_bits", "conv_bits")
+GDN_NAMES = ("layers", "key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel", "state_bits",
+             "conv_bits")
+_P53, _P24 = (1 << 53) + 1, (1 << 24) + 1  # odd: float64 (float32) cannot hold them
+
+
+def _more_attention() -> list[VectorSpec]:
+    qwen3_8b = dict(layers=36, kv_heads=8, head_dim=128, v_head_dim=128, element_bits=16)  # Qwen3-8B config.json
+    one = dict(layers=1, kv_heads=1, head_dim=1, v_head_dim=0, element_bits=8)
+    return [
+        *_exactness(KV_NAMES, [("2^60 tokens of one 8-bit element: 2^63 bits (past int64), 2^60 bytes (fits)",
+                                dict(tokens=1 << 60, **one))]),
+        *_dtypes(KV_NAMES, dict(tokens=40000, **qwen3_8b), dict(tokens=255, **qwen3_8b),
+                 "Qwen3-8B at 40,000 tokens"),
+        _random(KV_NAMES, "roofline.kv_bytes.attention", _SMALL),
+    ]
+
+
+def _more_mla() -> list[VectorSpec]:
+    dsv3 = dict(layers=61, kv_lora_rank=512, qk_rope_head_dim=64, element_bits=16)  # DeepSeek-V3 config.json
+    one = dict(layers=1, kv_lora_rank=1, qk_rope_head_dim=0, element_bits=8)
+    return [
+        _spec("a RoPE key other than DeepSeek's 64 beside a latent other than 512: (1 + 1) * 8 bits = 2 bytes",
+              ("MlaCacheEntry",), tokens=1, layers=1, kv_lora_rank=1, qk_rope_head_dim=1, element_bits=8),
+        _spec("MHA2MLA-style caches: latent 256 + RoPE 32, latent 128 + RoPE 128 (not DeepSeek's 512/64)",
+              ("MlaCacheEntry",), **_stack(dict(tokens=3, layers=2, kv_lora_rank=256, qk_rope_head_dim=32,
+                                                element_bits=16),
+                                           dict(tokens=5, layers=3, kv_lora_rank=128, qk_rope_head_dim=128,
+                                                element_bits=8))),
+        *_exactness(MLA_NAMES, [("2^53 + 1 tokens of one byte: an odd count past 2^53", dict(tokens=_P53, **one)),
+                                ("2^24 + 1 tokens of one byte: an odd count past float32's 2^24",
+                                 dict(tokens=_P24, **one)),
+                                ("2^60 tokens of one byte: 2^63 bits (past int64), 2^60 bytes (fits)",
+                                 dict(tokens=1 << 60, **one))]),
+        _empty(MLA_NAMES),
+        *_dtypes(MLA_NAMES, dict(tokens=40000, **dsv3), dict(tokens=255, layers=61, kv_lora_rank=255,
+                                                             qk_rope_head_dim=64, element_bits=16),
+                 "DeepSeek-V3 at 40,000 tokens"),
+        _random(MLA_NAMES, "roofline.kv_bytes.mla", _SMALL),
+    ]
+
+
+def _more_quantized() -> list[VectorSpec]:
+    one = dict(layers=1, kv_heads=1, head_dim=1, bits=8, group=1, residual=0)
+    kivi = dict(layers=36, kv_heads=8, head_dim=128, bits=2, group=32, residual=128)  # Qwen3-8B, KIVI-2
+    return [
+        _spec("a residual that is not a multiple of the group: 3 tokens, residual 1, group 2: 2 quantized, 1 kept",
+              ("KiviResidual",), tokens=3, layers=1, kv_heads=1, head_dim=1, bits=2, group=2, residual=1),
+        _spec("residual 100, group 32 at 132, 163 and 164 tokens: whole groups past the window, not past 128",
+              ("KiviResidual",), **_stack(*(dict(kivi, tokens=t, residual=100) for t in (132, 163, 164)))),
+        *_exactness(KIVI_NAMES, [("2^53 + 1 tokens, group 1, residual 0: 10 * (2^53 + 1) bytes, exact",
+                                  dict(tokens=_P53, **one)),
+                                 ("2^24 + 1 tokens all in the residual window: 4 * (2^24 + 1) bytes (float32 rounds)",
+                                  dict(one, tokens=_P24, residual=_P24)),
+                                 ("2^57 tokens, group 1: 80 * 2^57 bits (past int64), 10 * 2^57 bytes (fits)",
+                                  dict(tokens=1 << 57, **one))]),
+        _empty(KIVI_NAMES),
+        *_dtypes(KIVI_NAMES, dict(tokens=200000, **kivi), dict(kivi, tokens=255, head_dim=128, residual=64),
+                 "Qwen3-8B with KIVI-2 at 200,000 tokens"),
+        _random(KIVI_NAMES, "roofline.kv_bytes.quantized", _SMALL, {"group": 1}),
+    ]
+
+
+def _more_mamba2() -> list[VectorSpec]:
+    one = dict(heads=1, head_dim=1, d_state=1, groups=0, conv_kernel=1, state_bits=8, conv_bits=8)
+    nemotron = dict(heads=128, head_dim=64, d_state=128, groups=8, conv_kernel=4, state_bits=32, conv_bits=16)
+    return [
+        *_exactness(MAMBA2_NAMES, [("2^53 + 1 layers of a one-byte state: an odd count past 2^53",
+                                    dict(layers=_P53, **one)),
+                                   ("2^24 + 1 layers of a one-byte state: past float32's 2^24",
+                                    dict(layers=_P24, **one)),
+                                   ("2^60 layers of a one-byte state: 2^63 bits (past int64), 2^60 bytes",
+                                    dict(layers=1 << 60, **one))]),
+        _empty(MAMBA2_NAMES),
+        *_dtypes(MAMBA2_NAMES, dict(layers=128, **nemotron), dict(layers=4, heads=128, head_dim=64, d_state=128,
+                                                                  groups=8, conv_kernel=4, state_bits=32,
+                                                                  conv_bits=16),
+                 "128 of Nemotron-H-8B's Mamba-2 layers"),
+        _random(MAMBA2_NAMES, "roofline.state_bytes.mamba2", _SMALL, {"conv_kernel": 1}),
+    ]
+
+
+def _more_gated_delta() -> list[VectorSpec]:
+    one = dict(key_heads=0, value_heads=1, key_head_dim=1, value_head_dim=1, conv_kernel=1, state_bits=8, conv_bits=8)
+    qwen3_next = dict(key_heads=16, value_heads=32, key_head_dim=128, value_head_dim=128, conv_kernel=4,
+                      state_bits=32, conv_bits=16)
+    return [
+        *_exactness(GDN_NAMES, [("2^53 + 1 layers of a one-byte state: an odd count past 2^53",
+                                 dict(layers=_P53, **one)),
+                                ("2^24 + 1 layers of a one-byte state: past float32's 2^24",
+                                 dict(layers=_P24, **one)),
+                                ("2^60 layers of a one-byte state: 2^63 bits (past int64), 2^60 bytes",
+                                 dict(layers=1 << 60, **one))]),
+        _empty(GDN_NAMES),
+        *_dtypes(GDN_NAMES, dict(layers=300, **qwen3_next), dict(layers=36, key_heads=16, value_heads=32,
+                                                                 key_head_dim=128, value_head_dim=128, conv_kernel=4,
+                                                                 state_bits=32, conv_bits=16),
+                 "300 of Qwen3-Next-80B-A3B's Gated DeltaNet layers"),
+        _random(GDN_NAMES, "roofline.state_bytes.gated_delta", _SMALL, {"conv_kernel": 1}),
+    ]
+
+
+# the random vectors' ranges: small, unlike any published configuration
+_SMALL = {"tokens": 300, "layers": 9, "kv_heads": 9, "head_dim": 200, "v_head_dim": 200, "element_bits": 17,
+          "kv_lora_rank": 700, "qk_rope_head_dim": 99, "bits": 9, "group": 40, "residual": 150, "heads": 33,
+          "d_state": 99, "groups": 5, "conv_kernel": 6, "state_bits": 33, "conv_bits": 33, "key_heads": 9,
+          "value_heads": 17, "key_head_dim": 99, "value_head_dim": 99}
+
 
 
 def configs(names: tuple[str, ...], maxima: dict[str, int], minima: dict[str, int] | None = None,

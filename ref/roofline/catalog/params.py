@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ref.roofline.params import decoder_params
-from ref.roofline.catalog.common import AREA, SHARED_FLAGS
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS, dtype_vectors, invalid_vectors
 from ref.testing.catalog_types import Flag, seed_for
 from ref.testing.compare import compare_exact, compare_parts
 from ref.testing.vector_files import Case, VectorSpec
@@ -132,15 +132,15 @@ def _vectors() -> list[VectorSpec]:
         fields.update(change)
         add(f"{comment} is rejected", ["InvalidInput"], decoder_case([tuple(fields[n] for n in NAMES + BOOLS)]),
             "invalid")
-    base = decoder_case([QWEN3_8B])
-    add("float64 counts are rejected (TypeError)", ["InvalidInput"],
-        Case({**base.inputs, "hidden": base.inputs["hidden"].astype(np.float64)}), "invalid")
-    add("an integer where a bool is expected is rejected", ["InvalidInput"],
-        Case({**base.inputs, "tied": base.inputs["tied"].astype(np.int64)}), "invalid")
-    add("a bool where a count is expected is rejected", ["InvalidInput"],
-        Case({**base.inputs, "layers": np.array([True])}), "invalid")
-    add("inputs of different shapes are rejected, not broadcast", ["InvalidInput"],
-        Case({**base.inputs, "vocab": np.array([151936, 151936], np.int64)}), "invalid")
+    v += invalid_vectors(decoder_case([decoder_row(2, 32, 8, 2, 4, 48, 50, tied=True, qk_norm=True, bias=True)], ()),
+                         counts=NAMES, flags=BOOLS)
+    v += dtype_vectors([("Qwen3-8B (8.19e9 parameters: past 2^32)", decoder_case([QWEN3_8B], ()),
+                         (np.int32, np.uint32)),
+                        ("a small model (every count below 256)",
+                         decoder_case([decoder_row(3, 200, 8, 2, 64, 250, 255, qk_norm=True),
+                                       decoder_row(2, 96, 4, 4, 32, 0, 255, experts=8, top_k=2,
+                                                   expert_intermediate=200, shared_intermediate=100,
+                                                   shared_gate=True)]), (np.uint8,))], NAMES)
     return v
 
 

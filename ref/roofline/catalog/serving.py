@@ -17,7 +17,7 @@ from hypothesis.extra import numpy as hnp
 
 from ref.roofline import emulate, moe, perf, specdec
 from ref.testing.bounded import Bound
-from ref.roofline.catalog.common import AREA
+from ref.roofline.catalog.common import AREA, invalid_vectors
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.params import variant_params
 from ref.testing.strategies import small_shapes
@@ -105,6 +105,7 @@ def _expected_experts_vectors() -> _Vectors:
     v.add("bool top_k is rejected", ["InvalidInput"], {**_experts([8], [1], [1]), "top_k": np.array([True])},
           result="invalid")
     v.add("shapes differ (no broadcasting)", ["InvalidInput"], _experts([8, 8], [2, 2], [1]), result="invalid")
+    v += invalid_vectors(Case(_experts(128, 8, 32)), counts=("experts", "top_k", "tokens"))
     return v
 
 
@@ -170,6 +171,8 @@ def _specdec_vectors(with_cost: bool):
         add("float k is rejected (counts are int64)", ["InvalidInput"], [0.5], _f(2.0), result="invalid")
         add("integer alpha is rejected (a float64 probability)", ["InvalidInput"], _i(1), [2], result="invalid")
         add("shapes differ (no broadcasting)", ["InvalidInput"], [0.5, 0.5], [2], result="invalid")
+        base = {"alpha": np.float64(0.8), "k": np.int64(4), **({"cost": np.float64(0.125)} if with_cost else {})}
+        v += invalid_vectors(Case(base), counts=("k",), reals=("alpha", "cost") if with_cost else ("alpha",))
         return v
     return make
 
@@ -229,6 +232,11 @@ def _phase_vectors() -> _Vectors:
           {**_phase([1.0], [1.0], [1.0], [1.0]), "flops": _i(1)}, result="invalid")
     v.add("shapes differ (no broadcasting)", ["InvalidInput"], _phase([1.0, 2.0], [1.0], [1.0], [1.0]),
           result="invalid")
+    for overlap in OVERLAP.values:
+        v.add(f"a time past float64's range (1e300 FLOPs at 1e-10 FLOP/s) is rejected, not inf ({overlap})",
+              ["InvalidInput"], _phase([1e300], [0.0], [1e-10], [1.0]), result="invalid", overlap=overlap)
+        v += invalid_vectors(Case(_phase(1.03e15, 16.4e9, 4.5e15, 8e12), {"overlap": overlap}),
+                             reals=("flops", "bytes", "peak_flops", "bandwidth"))
     return v
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ref.roofline.catalog.common import AREA, SHARED_FLAGS
+from ref.roofline.catalog.common import AREA, SHARED_FLAGS, dtype_vectors, invalid_vectors
 from ref.roofline.weights import FORMATS, tensor_bytes
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.compare import compare_exact
@@ -66,6 +66,13 @@ def _vectors() -> list[VectorSpec]:
         add(f"Qwen3-8B's embedding/LM head [151936, 4096]: past 2^31 bits ({name})", ("Int64",) + scaled,
             _case([151936], [4096], name))
         add(f"[2^27, 2^27]: past 2^53 bits ({name})", ("Int64",) + scaled, _case(1 << 27, 1 << 27, name))
+        add(f"one row of 2^53 + 1 columns ({name}): an odd count float64 cannot hold", ("Int64",) + scaled,
+            _case([1], [(1 << 53) + 1], name))
+        big = (1 << 64) // f.element_bits  # rows * cols * element_bits = 2^64: past int64; the bytes fit
+        add(f"one row of 2^64 / {f.element_bits} columns ({name}): bits past 2^63, bytes fit (0-d inputs)",
+            ("Int64",) + scaled, _case(1, big, name))
+        add(f"one row of 2^64 / {f.element_bits} columns ({name}): bits past 2^63, bytes fit (1-d inputs)",
+            ("Int64",) + scaled, _case([1], [big], name))
         add(f"a row of no columns and a column of no rows ({name}): no elements, no blocks, no tensor scale; "
             "a per-row scale for every row", ("EmptyInput",) + tensor + scaled, _case([5, 0], [0, 7], name))
         if f.block:
@@ -85,13 +92,11 @@ def _vectors() -> list[VectorSpec]:
     add("no matrices (empty arrays)", ("EmptyInput",), _case(np.zeros(0, np.int64), np.zeros(0, np.int64)))
     add("an empty tensor of no rows is 0 bytes in every format", ("EmptyInput", "TensorScale"), _case(0, 4096))
     add("bytes past int64 are rejected, not wrapped", ("Int64", "InvalidInput"), _case(1 << 40, 1 << 40), "invalid")
-    add("negative rows are rejected", ("InvalidInput",), _case(-1, 16), "invalid")
-    add("float rows are rejected (TypeError)", ("InvalidInput",),
-        Case({"rows": np.array([16.0]), "cols": np.array([16], np.int64)}), "invalid")
-    add("bool cols are rejected (TypeError)", ("InvalidInput",),
-        Case({"rows": np.array([16], np.int64), "cols": np.array([True])}), "invalid")
-    add("rows and cols of different shapes are rejected, not broadcast", ("InvalidInput",),
-        _case([16, 32], [16]), "invalid")
+    v.extend(invalid_vectors(_case(16, 16), counts=("rows", "cols")))
+    v.extend(dtype_vectors([(f"Qwen3-8B's embedding [151936, 4096] ({f}: past 2^32 bits)", _case(151936, 4096, f),
+                             (np.int32, np.uint32)) for f in ("bfloat16", "nvfp4")]
+                           + [(f"[255, 255] ({f}: every input below 256)", _case(255, 255, f), (np.uint8,))
+                              for f in ("bfloat16", "nvfp4", "float8_block128")], ("rows", "cols")))
     return v
 
 
