@@ -38,6 +38,7 @@ def expected_experts(experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike) ->
     """The expected number of distinct experts `tokens` tokens touch, each routed to a
     uniform random `top_k`-subset of `experts` (elementwise; int64 arrays of one
     shape; experts >= 1, 0 <= top_k <= experts, tokens >= 0). tokens = 0 -> 0,
+    tokens = 1 -> top_k exactly (log1p then expm1 may miss it by an ulp on some libms),
     top_k = experts -> experts (for tokens >= 1)."""
     e, k, b = (x.astype(np.int64) for x in counts(_OP, experts=experts, top_k=top_k, tokens=tokens).values())
     at_least(_OP, 1, experts=e)
@@ -48,7 +49,8 @@ def expected_experts(experts: ArrayLike, top_k: ArrayLike, tokens: ArrayLike) ->
     with np.errstate(divide="ignore", invalid="ignore"):
         log_miss = np.log1p(-k_f / np.maximum(e_f, 1.0))  # log(1 - k/E): -inf when k = E
         t = np.where(b > 0, b_f * log_miss, 0.0)  # B log(1 - k/E); 0 * -inf avoided for B = 0
-    return e_f * np.abs(np.expm1(t))  # expm1(t) in [-1, 0]: abs, not negation, so B = 0 gives +0
+    out = e_f * np.abs(np.expm1(t))  # expm1(t) in [-1, 0]: abs, not negation, so B = 0 gives +0
+    return np.where(b == 1, k_f, out)
 
 
 def moe_bytes_touched(model: Model, batch: int, fmt: str = "bfloat16", *, keep: Iterable[str] = KEEP,

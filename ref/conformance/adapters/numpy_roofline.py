@@ -304,6 +304,7 @@ def expected_experts(experts, top_k, tokens, **_):
     with np.errstate(divide="ignore", invalid="ignore"):
         log_miss = np.log1p(-k / e)  # -inf when k = E
         out = -e * np.expm1(np.where(b > 0, b * log_miss, 0.0))
+    out = np.where(b == 1, k, out)  # one token touches exactly its k experts
     return np.where((b == 0) | (k == 0), 0.0, out).astype(np.float64)
 
 

@@ -203,6 +203,15 @@ def _phase(flops, nbytes, peak, bandwidth) -> dict[str, np.ndarray]:
             "peak_flops": np.asarray(peak, np.float64), "bandwidth": np.asarray(bandwidth, np.float64)}
 
 
+def _decades(rng: np.random.Generator, lo: int, hi: int, n: int = 30) -> np.ndarray:
+    """n numbers of four significant digits spread over 10^lo..10^hi, each the correctly
+    rounded float of an exact rational (no pow whose last bit varies with the platform's
+    libm, so the vectors are the same bytes on every NumPy)."""
+    mantissas, exponents = rng.integers(1000, 10000, n), rng.integers(lo - 3, hi - 3, n)
+    return np.array([m * 10**e if e >= 0 else m / 10**-e for m, e in zip(mantissas.tolist(), exponents.tolist())],
+                    dtype=np.float64)
+
+
 def _phase_vectors() -> _Vectors:
     rng = np.random.default_rng(seed_for("roofline.phase_time"))
     v = _Vectors()
@@ -213,10 +222,10 @@ def _phase_vectors() -> _Vectors:
               ["MemoryBound", "Overlap"], _phase([16.4e9], [22e9], [2.25e15], [8e12]), overlap=overlap)
         v.add(f"at the ridge point compute and memory take the same time ({overlap})", ["Overlap"],
               _phase([562.5 * 2**33], [2.0**33], [4.5e15], [8e12]), overlap=overlap)
-        f = 10.0 ** rng.uniform(6, 18, 30)
+        f = _decades(rng, 6, 18)
         v.add(f"random work across 12 decades on a B200, an H100 and an M3 Ultra ({overlap})",
               ["Random", "MemoryBound", "ComputeBound", "Overlap"],
-              _phase(f, f / 10.0 ** rng.uniform(-1, 4, 30), np.tile(_f(4.5e15, 989e12, 28.4e12), 10),
+              _phase(f, f / _decades(rng, -1, 4), np.tile(_f(4.5e15, 989e12, 28.4e12), 10),
                      np.tile(_f(8e12, 3.35e12, 819e9), 10)), overlap=overlap)
     v.add("no work takes no time; no FLOPs is memory time only, no bytes compute time only",
           ["MemoryBound", "ComputeBound"], _phase([0.0, 0.0, 1e12], [0.0, 1e9, 0.0], [1e15] * 3, [1e12] * 3))
