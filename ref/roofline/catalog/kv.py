@@ -289,43 +289,33 @@ def _more_quantized() -> list[VectorSpec]:
     ]
 
 
+def _more_state(names, op: str, one: dict, config: dict, layers: tuple[int, int], what: str) -> list[VectorSpec]:
+    """A recurrent state's exactness, empty, dtype and random vectors: `one` a one-byte
+    state, `config` a published layer, `layers` its (large, table) layer counts."""
+    return [
+        *_exactness(names, [("2^53 + 1 layers of a one-byte state: an odd count past 2^53", dict(layers=_P53, **one)),
+                            ("2^24 + 1 layers of a one-byte state: past float32's 2^24", dict(layers=_P24, **one)),
+                            ("2^60 layers of a one-byte state: 2^63 bits (past int64), 2^60 bytes",
+                             dict(layers=1 << 60, **one))]),
+        _empty(names),
+        *_dtypes(names, dict(layers=layers[0], **config), dict(layers=layers[1], **config), what),
+        _random(names, op, _SMALL, {"conv_kernel": 1}),
+    ]
+
+
 def _more_mamba2() -> list[VectorSpec]:
     one = dict(heads=1, head_dim=1, d_state=1, groups=0, conv_kernel=1, state_bits=8, conv_bits=8)
     nemotron = dict(heads=128, head_dim=64, d_state=128, groups=8, conv_kernel=4, state_bits=32, conv_bits=16)
-    return [
-        *_exactness(MAMBA2_NAMES, [("2^53 + 1 layers of a one-byte state: an odd count past 2^53",
-                                    dict(layers=_P53, **one)),
-                                   ("2^24 + 1 layers of a one-byte state: past float32's 2^24",
-                                    dict(layers=_P24, **one)),
-                                   ("2^60 layers of a one-byte state: 2^63 bits (past int64), 2^60 bytes",
-                                    dict(layers=1 << 60, **one))]),
-        _empty(MAMBA2_NAMES),
-        *_dtypes(MAMBA2_NAMES, dict(layers=128, **nemotron), dict(layers=4, heads=128, head_dim=64, d_state=128,
-                                                                  groups=8, conv_kernel=4, state_bits=32,
-                                                                  conv_bits=16),
-                 "128 of Nemotron-H-8B's Mamba-2 layers"),
-        _random(MAMBA2_NAMES, "roofline.state_bytes.mamba2", _SMALL, {"conv_kernel": 1}),
-    ]
+    return _more_state(MAMBA2_NAMES, "roofline.state_bytes.mamba2", one, nemotron, (128, 4),
+                       "128 of Nemotron-H-8B's Mamba-2 layers")
 
 
 def _more_gated_delta() -> list[VectorSpec]:
     one = dict(key_heads=0, value_heads=1, key_head_dim=1, value_head_dim=1, conv_kernel=1, state_bits=8, conv_bits=8)
     qwen3_next = dict(key_heads=16, value_heads=32, key_head_dim=128, value_head_dim=128, conv_kernel=4,
                       state_bits=32, conv_bits=16)
-    return [
-        *_exactness(GDN_NAMES, [("2^53 + 1 layers of a one-byte state: an odd count past 2^53",
-                                 dict(layers=_P53, **one)),
-                                ("2^24 + 1 layers of a one-byte state: past float32's 2^24",
-                                 dict(layers=_P24, **one)),
-                                ("2^60 layers of a one-byte state: 2^63 bits (past int64), 2^60 bytes",
-                                 dict(layers=1 << 60, **one))]),
-        _empty(GDN_NAMES),
-        *_dtypes(GDN_NAMES, dict(layers=300, **qwen3_next), dict(layers=36, key_heads=16, value_heads=32,
-                                                                 key_head_dim=128, value_head_dim=128, conv_kernel=4,
-                                                                 state_bits=32, conv_bits=16),
-                 "300 of Qwen3-Next-80B-A3B's Gated DeltaNet layers"),
-        _random(GDN_NAMES, "roofline.state_bytes.gated_delta", _SMALL, {"conv_kernel": 1}),
-    ]
+    return _more_state(GDN_NAMES, "roofline.state_bytes.gated_delta", one, qwen3_next, (300, 36),
+                       "300 of Qwen3-Next-80B-A3B's Gated DeltaNet layers")
 
 
 # the random vectors' ranges: small, unlike any published configuration
