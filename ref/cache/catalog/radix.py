@@ -1,0 +1,187 @@
+"""SGLang's radix prefix cache as a stateful op (ref.cache.radix):
+
+  cache.radix_cache   RadixCache(page_size, policy): insert, match_prefix, lock, unlock,
+                      evict, evictable_size, protected_size
+
+Node handles are the cache's choice (compared up to renaming); an evicted node's
+handle is released. The traces name the bug class each one targets.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from ref.cache.catalog.common import AREA
+from ref.cache.radix import Policy, RadixCache
+from ref.testing.catalog_types import Flag, Variant
+from ref.testing.flags import COMMON
+from ref.testing.stateful import StatefulOp, TraceSpec
+
+__all__ = ["FLAGS", "OPERATIONS", "RADIX_CACHE", "steps"]
+
+PAGE_SIZES = (1, 2, 4, 16)
+METHODS = ("insert", "match_prefix", "lock", "unlock", "evict", "evictable_size", "protected_size")
+
+FLAGS = {
+    "InvalidInput": COMMON["InvalidInput"],
+    "PrefixLength": Flag("insert's or match's length counted wrongly (the new tokens, not those already cached; "
+                         "a match that stops at the first node)",
+                         "a scheduler reuses too little or too much KV cache"),
+    "SplitOffset": Flag("a node split at the wrong offset when a match or insert ends inside it",
+                        "a prefix is cached under the wrong tokens: later matches are too long or too short"),
+    "LockedEvicted": Flag("eviction that ignores lock counts",
+                          "the KV cache of a running request is freed under it"),
+    "InternalEvicted": Flag("a node evicted while it still has children (a parent pushed as a leaf too early)",
+                            "cached descendants become unreachable: their memory leaks"),
+    "LruAccess": Flag("LRU ordered by insertion (creation) time instead of last access",
+                      "a hot shared prefix (a system prompt) is evicted before cold ones"),
+    "PageTruncation": Flag("a key not truncated to whole pages (page_size > 1)",
+                           "a match or insert ends inside a page: a partial page is shared"),
+    "ExtraKey": Flag("the extra key (LoRA id, cache salt) left out of a node's key",
+                     "requests of different adapters or salts share KV cache"),
+    "LockCount": Flag("lock counts or the evictable/protected sizes kept wrongly (a node counted once per lock, "
+                      "a split head without its tail's count)",
+                      "the scheduler's memory accounting drifts; locked tokens are counted as evictable"),
+    "Policy": Flag("an eviction policy other than the one configured (LFU, FIFO, MRU, FILO, priority)",
+                   "the wrong prefixes are kept under memory pressure"),
+}
+
+
+def _traces() -> list[TraceSpec]:
+    i, m, lk, ul, ev = "insert", "match_prefix", "lock", "unlock", "evict"
+    es, ps = ("evictable_size", {}), ("protected_size", {})
+    lru, filo = {"policy": "lru", "page_size": 1}, {"policy": "filo", "page_size": 1}
+    return [
+        TraceSpec("insert returns the length already cached; match the longest cached prefix", ("PrefixLength",),
+                  ((i, {"tokens": [1, 2, 3, 4]}), (i, {"tokens": [1, 2, 3, 4, 5, 6]}),
+                   (i, {"tokens": [1, 2, 3, 4]}), (m, {"tokens": [1, 2, 3, 4, 5, 6, 7]}), (m, {"tokens": [2]}), es),
+                  params=lru),
+        TraceSpec("a match ending inside a node splits it there; the tail keeps its handle", ("SplitOffset",),
+                  ((i, {"tokens": [1, 2, 3, 4, 5]}), (m, {"tokens": [1, 2, 3, 9]}), (m, {"tokens": [1, 2, 3]}),
+                   (m, {"tokens": [1, 2, 3, 4, 5]}), (i, {"tokens": [1, 2, 3, 7]}), (ev, {"num_tokens": 1}),
+                   (m, {"tokens": [1, 2, 3, 4]}), (m, {"tokens": [1, 2, 3, 7]}), es), params=lru),
+        TraceSpec("an insert ending inside a node splits it; both halves evict whole", ("SplitOffset",),
+                  ((i, {"tokens": [5, 6, 7, 8]}), (i, {"tokens": [5, 6]}), (m, {"tokens": [5, 6, 7, 8]}),
+                   (ev, {"num_tokens": 1}), (m, {"tokens": [5, 6, 7, 8]}), (ev, {"num_tokens": 1}), es),
+                  params=lru),
+        TraceSpec("a locked path is never evicted; unlocked it is", ("LockedEvicted", "LockCount"),
+                  ((i, {"tokens": [1, 2, 3]}), (i, {"tokens": [5, 6]}), (m, {"tokens": [1, 2, 3]}),
+                   (lk, {"node": 1}), (ev, {"num_tokens": 100}), es, ps, (ul, {"node": 1}), es, ps,
+                   (ev, {"num_tokens": 100}), es), params=lru),
+        TraceSpec("locking a deep node protects its ancestors too", ("LockedEvicted",),
+                  ((i, {"tokens": [1, 2, 3, 4]}), (i, {"tokens": [1, 2, 8, 9]}), (m, {"tokens": [1, 2, 8, 9]}),
+                   (lk, {"node": 3}), (ev, {"num_tokens": 100}), ps, es), params=lru),
+        TraceSpec("a parent is evicted only after its last child (FILO: the split head is newer than the tail)",
+                  ("InternalEvicted",),
+                  ((i, {"tokens": [1, 2, 3]}), (i, {"tokens": [1, 2, 4]}), (ev, {"num_tokens": 2}),
+                   (m, {"tokens": [1, 2, 3]}), (ev, {"num_tokens": 1}), es), params=filo),
+        TraceSpec("parents become leaves in turn within one evict", ("InternalEvicted",),
+                  ((i, {"tokens": [1, 2, 3, 4]}), (i, {"tokens": [1, 2, 5, 6]}), (ev, {"num_tokens": 1}),
+                   (m, {"tokens": [1, 2]}), (ev, {"num_tokens": 3}), es, (m, {"tokens": [1, 2, 5, 6]})),
+                  params=lru),
+        TraceSpec("LRU evicts the least recently accessed, not the first inserted", ("LruAccess",),
+                  ((i, {"tokens": [1, 2]}), (i, {"tokens": [3, 4]}), (i, {"tokens": [5, 6]}),
+                   (m, {"tokens": [1, 2]}), (ev, {"num_tokens": 1}), (m, {"tokens": [3, 4]}),
+                   (ev, {"num_tokens": 2}), es), params=lru),
+        TraceSpec("page size 4: keys are truncated to whole pages, matches end at a page boundary",
+                  ("PageTruncation",),
+                  ((i, {"tokens": [1, 2, 3, 4, 5, 6]}), es, (i, {"tokens": [1, 2, 3, 4, 5, 6, 7, 8]}),
+                   (m, {"tokens": [1, 2, 3, 4, 5, 6]}), (m, {"tokens": [1, 2, 3, 4, 5, 6, 9, 9]}),
+                   (m, {"tokens": [1, 2, 3]}), (i, {"tokens": [1, 2, 3, 4, 5, 6, 9, 9]}), es),
+                  params={"policy": "lru", "page_size": 4}),
+        TraceSpec("page size 2: a split lands on a page boundary", ("PageTruncation", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3, 4, 5, 6]}), (m, {"tokens": [1, 2, 3, 9, 5, 6]}),
+                   (ev, {"num_tokens": 1}), (m, {"tokens": [1, 2, 3, 4]}), es),
+                  params={"policy": "lru", "page_size": 2}),
+        TraceSpec("extra keys never share nodes", ("ExtraKey",),
+                  ((i, {"tokens": [1, 2, 3], "extra_key": "lora-a"}), (m, {"tokens": [1, 2, 3]}),
+                   (m, {"tokens": [1, 2, 3], "extra_key": "lora-b"}), (m, {"tokens": [1, 2, 3], "extra_key": "lora-a"}),
+                   (i, {"tokens": [1, 2, 3]}), (i, {"tokens": [1, 2], "extra_key": "salt"}), es,
+                   (m, {"tokens": [1, 2, 3], "extra_key": "salt"})), params=lru),
+        TraceSpec("lock counts nest: a node stays protected while any lock holds it", ("LockCount",),
+                  ((i, {"tokens": [1, 2, 3, 4]}), (m, {"tokens": [1, 2]}), (lk, {"node": 2}),
+                   (m, {"tokens": [1, 2, 3, 4]}), (lk, {"node": 1}), (lk, {"node": 1}), es, ps,
+                   (ul, {"node": 2}), (ul, {"node": 1}), ps, (ev, {"num_tokens": 10}), (ul, {"node": 1}), es, ps),
+                  params=lru),
+        TraceSpec("a split of a locked node keeps both halves locked", ("LockCount", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3, 4]}), (m, {"tokens": [1, 2, 3, 4]}), (lk, {"node": 1}),
+                   (m, {"tokens": [1, 2, 7]}), ps, (ul, {"node": 1}), es, ps), params=lru),
+        TraceSpec("evict frees whole nodes, possibly more than asked; 0 frees nothing", ("InternalEvicted",),
+                  ((i, {"tokens": [1, 2, 3, 4, 5]}), (ev, {"num_tokens": 0}), es, (ev, {"num_tokens": 1}), es,
+                   (ev, {"num_tokens": 1})), params=lru),
+        TraceSpec("LFU: fewest inserts first, then least recently accessed", ("Policy",),
+                  ((i, {"tokens": [1]}), (i, {"tokens": [2]}), (i, {"tokens": [1]}), (m, {"tokens": [2]}),
+                   (i, {"tokens": [3]}), (ev, {"num_tokens": 2}), es), params={"policy": "lfu", "page_size": 1}),
+        TraceSpec("FIFO: the oldest created first, however recently used", ("Policy",),
+                  ((i, {"tokens": [1]}), (i, {"tokens": [2]}), (m, {"tokens": [1]}), (ev, {"num_tokens": 1})),
+                  params={"policy": "fifo", "page_size": 1}),
+        TraceSpec("MRU: the most recently accessed first", ("Policy",),
+                  ((i, {"tokens": [1]}), (i, {"tokens": [2]}), (m, {"tokens": [1]}), (ev, {"num_tokens": 1})),
+                  params={"policy": "mru", "page_size": 1}),
+        TraceSpec("priority: the lowest insert priority first, a path taking the highest", ("Policy",),
+                  ((i, {"tokens": [1, 2], "priority": 5}), (i, {"tokens": [3]}), (m, {"tokens": [3]}),
+                   (i, {"tokens": [3, 4], "priority": 1}), (ev, {"num_tokens": 1}), (ev, {"num_tokens": 1}),
+                   (ev, {"num_tokens": 1})), params={"policy": "priority", "page_size": 1}),
+        TraceSpec("unlocking a node that holds no lock is refused", ("InvalidInput", "LockCount"),
+                  ((i, {"tokens": [1, 2]}), (ul, {"node": 1})), params=lru, result="invalid"),
+        TraceSpec("locking an evicted node is refused", ("InvalidInput",),
+                  ((i, {"tokens": [1, 2]}), (ev, {"num_tokens": 1}), (lk, {"node": 1})), params=lru,
+                  result="invalid"),
+        TraceSpec("evicting a negative number of tokens is refused", ("InvalidInput",),
+                  ((ev, {"num_tokens": -1}),), params=lru, result="invalid"),
+        TraceSpec("a negative token id is refused", ("InvalidInput",),
+                  ((i, {"tokens": [1, -2]}),), params=lru, result="invalid"),
+        TraceSpec("a page size of 0 is refused", ("InvalidInput",), (), params={"policy": "lru", "page_size": 0},
+                  result="invalid"),
+    ]
+
+
+# (which step, tokens, extra key, a pick, a count): drawn once, read against the cache's state
+_DRAW = st.tuples(st.integers(0, 9), st.lists(st.integers(1, 3), max_size=7), st.sampled_from([None, None, "a"]),
+                  st.integers(0, 63), st.integers(0, 9))
+
+
+def _step(cache: RadixCache, draw) -> tuple[str, dict]:
+    which, tokens, extra, pick, count = draw
+    handles, locked = cache.handles(), cache.locked()
+    if which <= 2:
+        args = {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
+        return "insert", ({**args, "priority": count % 3} if cache.policy is Policy.PRIORITY else args)
+    if which <= 4:
+        return "match_prefix", {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
+    if which == 5:
+        return "lock", {"node": handles[pick % len(handles)]}
+    if which == 6:  # mostly a locked node; sometimes any (refused when it holds no lock)
+        pool = locked if locked and pick % 4 else handles
+        return "unlock", {"node": pool[pick % len(pool)]}
+    if which == 7:
+        return "evict", {"num_tokens": count}
+    return ("evictable_size", {}) if which == 8 else ("protected_size", {})
+
+
+def steps(cache: RadixCache) -> st.SearchStrategy:
+    """The next step: insert or match a short key over 3 token values (so keys share
+    prefixes and split nodes), lock a node, unlock one (sometimes one holding no
+    lock), evict 0 to 9 tokens, or read a size."""
+    return _DRAW.map(lambda draw: _step(cache, draw))
+
+
+def _examples(supported):
+    return st.fixed_dictionaries({"page_size": st.sampled_from(list(supported.get("page_size", PAGE_SIZES))[:3]),
+                                  "policy": st.sampled_from(list(supported.get("policy", [p.value for p in Policy])))})
+
+
+RADIX_CACHE = AREA.declare(
+    StatefulOp, "radix_cache", RadixCache, anchor="radix-cache",
+    summary="SGLang's radix prefix cache: insert, match (splitting nodes), lock, evict by policy",
+    variants=(Variant("page_size", PAGE_SIZES, 1, "tokens per page: keys are truncated to whole pages"),
+              Variant("policy", Policy, "lru", "which unlocked leaf evict frees first")),
+    methods=METHODS, vectors=_traces, examples=_examples, steps=steps,
+    snapshot=lambda cache: cache.snapshot(),
+    identifiers=("insert.observation.node", "match_prefix.observation.node", "lock.args.node",
+                 "unlock.args.node", "evict.observation.nodes[*]"),
+    releases=("evict.observation.nodes[*]",),
+    max_steps=25,
+)
+
+OPERATIONS = [RADIX_CACHE]
