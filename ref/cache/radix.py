@@ -91,6 +91,8 @@ class RadixCache:
         self._clock = 0
         self._handles = 0  # the next handle: never reused, so a handle names one node
         self._nodes: dict[int, _Node] = {}  # handle -> node, every node in the tree
+        self._handed: set[int] = set()  # the handles insert and match_prefix returned
+        self._held: dict[int, int] = {}  # handle -> locks taken by lock(handle) and not yet released
         self.root = self._new_node((), None, priority=-(1 << 63))
         self.root.lock_ref = 1  # the root is never evicted
         self._evictable = self._protected = 0
@@ -175,6 +177,7 @@ class RadixCache:
             node.children[self._child_key(extra_key, leaf.tokens)] = leaf
             self._evictable += len(leaf.tokens)
             node = leaf
+        self._handed.add(node.handle)
         return {"prefix": prefix, "node": node.handle}
 
     def match_prefix(self, tokens, extra_key=None) -> dict[str, int]:
@@ -182,9 +185,8 @@ class RadixCache:
         it (the root for none), splitting a node the match ends inside."""
         key, extra_key = self._aligned(_tokens(tokens, "tokens")), _extra(extra_key)
         now = self._tick()
-        if not key:  # SGLang returns the root without touching it
-            return {"length": 0, "node": self.root.handle}
-        node, length = self._walk(key, extra_key, now)
+        node, length = self._walk(key, extra_key, now) if key else (self.root, 0)  # SGLang: no touch for none
+        self._handed.add(node.handle)
         return {"length": length, "node": node.handle}
 
     def lock(self, node) -> int:
@@ -199,15 +201,18 @@ class RadixCache:
                 delta -= len(x.tokens)
             x.lock_ref += 1
             x = x.parent
+        self._held[int(node)] = self._held.get(int(node), 0) + 1
         return delta
 
     def unlock(self, node) -> int:
-        """dec_lock_ref: one lock fewer on the path; the tokens that become evictable.
-        Unlocking a node that holds no lock is refused."""
+        """dec_lock_ref: release a lock that lock(node) took, one lock fewer on every
+        node of the path; the tokens that become evictable. Releasing a lock never
+        taken on this node is refused (SGLang does not check: its counts go negative)."""
         self._tick()
         delta, x = 0, self._node(node)
-        if x is not self.root and x.lock_ref == 0:
-            raise ValueError(f"node: {x.handle} holds no lock to release")
+        if self._held.get(x.handle, 0) == 0:
+            raise ValueError(f"node: no lock taken on node {x.handle} is left to release")
+        self._held[x.handle] -= 1
         while x is not self.root:
             if x.lock_ref == 1:
                 self._evictable += len(x.tokens)
@@ -250,13 +255,14 @@ class RadixCache:
 
     # --- for strategies, properties and failure reports (not traced) --------------------
 
-    def handles(self) -> list[int]:
-        """Every node's handle, the root's first."""
-        return sorted(self._nodes)
+    def handed_out(self) -> list[int]:
+        """The handles insert and match_prefix returned, evicted ones included (a
+        caller knows no others)."""
+        return sorted(self._handed)
 
     def locked(self) -> list[int]:
-        """The handles of the nodes that hold a lock (the root's excepted)."""
-        return sorted(h for h, n in self._nodes.items() if n.lock_ref > 0 and n is not self.root)
+        """The handles that locks were taken on and not yet released."""
+        return sorted(h for h, n in self._held.items() if n > 0)
 
     def prefixes(self) -> set[tuple]:
         """Every cached prefix as (extra key, tokens), page by page: what a match can return."""

@@ -143,18 +143,19 @@ _DRAW = st.tuples(st.integers(0, 9), st.lists(st.integers(1, 3), max_size=7), st
 
 def _step(cache: RadixCache, draw) -> tuple[str, dict]:
     which, tokens, extra, pick, count = draw
-    handles, locked = cache.handles(), cache.locked()
+    handles, locked = cache.handed_out(), cache.locked()
     if which <= 2:
         args = {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
         return "insert", ({**args, "priority": count % 3} if cache.policy is Policy.PRIORITY else args)
     if which <= 4:
         return "match_prefix", {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
-    if which == 5:
+    if which == 5 and handles:  # sometimes an evicted node's handle: refused
         return "lock", {"node": handles[pick % len(handles)]}
-    if which == 6:  # mostly a locked node; sometimes any (refused when it holds no lock)
-        pool = locked if locked and pick % 4 else handles
+    if which == 6 and handles:  # mostly a locked node; sometimes any (refused when it holds no lock)
+        pool = [h for h in locked if h in handles] if pick % 4 else []
+        pool = pool or handles
         return "unlock", {"node": pool[pick % len(pool)]}
-    if which == 7:
+    if which <= 7:
         return "evict", {"num_tokens": count}
     return ("evictable_size", {}) if which == 8 else ("protected_size", {})
 
@@ -171,13 +172,20 @@ def _examples(supported):
                                   "policy": st.sampled_from(list(supported.get("policy", [p.value for p in Policy])))})
 
 
+def _snapshot(cache) -> dict:
+    """The reference's tree; a candidate's sizes."""
+    if isinstance(cache, RadixCache):
+        return cache.snapshot()
+    return {"evictable": cache.evictable_size(), "protected": cache.protected_size()}
+
+
 RADIX_CACHE = AREA.declare(
     StatefulOp, "radix_cache", RadixCache, anchor="radix-cache",
     summary="SGLang's radix prefix cache: insert, match (splitting nodes), lock, evict by policy",
     variants=(Variant("page_size", PAGE_SIZES, 1, "tokens per page: keys are truncated to whole pages"),
               Variant("policy", Policy, "lru", "which unlocked leaf evict frees first")),
     methods=METHODS, vectors=_traces, examples=_examples, steps=steps,
-    snapshot=lambda cache: cache.snapshot(),
+    snapshot=_snapshot,
     identifiers=("insert.observation.node", "match_prefix.observation.node", "lock.args.node",
                  "unlock.args.node", "evict.observation.nodes[*]"),
     releases=("evict.observation.nodes[*]",),
