@@ -116,7 +116,8 @@ def test_each_bug_is_found_by_the_search_alone(bug):
 
     op = dataclasses.replace(RADIX_CACHE, vectors=lambda: [])
     report = OpReport(op.name, op.kind.value, op.spec)
-    run_op(op, RADIX_BUGS[bug][0], implementation(bug), Settings(examples=200, shrink=False), report)
+    examples = 200 if bug == "match not truncated to pages" else 100  # it needs a key diverging mid-page
+    run_op(op, RADIX_BUGS[bug][0], implementation(bug), Settings(examples=examples, shrink=False), report)
     assert report.verdict == "fail" and report.failures[0].where == "property"
 
 
@@ -228,47 +229,55 @@ def check_invariants(cache: RadixCache, ops) -> None:
 
 @pytest.mark.deep
 def test_a_hundred_thousand_operations_against_the_trie():
-    """The reference and the independent trie in lockstep for 10^5 random steps (the
-    catalog's step strategy's mix, drawn with random.Random), handles mapped as they
-    appear, and the invariants checked every 100 steps."""
+    """The reference and the independent trie in lockstep for 10^5 random steps,
+    handles mapped as they appear, every observation compared."""
     rng = random.Random(12)
     for page, policy in [(1, "lru"), (2, "lfu"), (1, "priority"), (4, "fifo")]:
-        ref, trie, names = RadixCache(page_size=page, policy=policy), python_radix.RadixTrie(page, policy), {}
+        ref, trie = RadixCache(page_size=page, policy=policy), python_radix.RadixTrie(page, policy)
+        names, recent, held = {}, [0], []  # oracle handle -> trie's; handles seen lately; locks taken
+        done = dict.fromkeys(("lock", "unlock", "evict", "refused", "freed"), 0)
         for step in range(25_000):
-            method, args = _random_step(rng, ref)
+            method, args = _random_step(rng, recent, held)
             theirs = {**args, "node": names.get(args["node"], -1)} if "node" in args else args
             try:
                 want = getattr(ref, method)(**args)
             except ValueError:
                 with pytest.raises(ValueError):
                     getattr(trie, method)(**theirs)
+                done["refused"] += 1
                 continue
             got = getattr(trie, method)(**theirs)
-            if isinstance(want, dict) and "node" in want:
-                names.setdefault(want["node"], got["node"])
-                assert names[want["node"]] == got["node"]
+            done[method] = done.get(method, 0) + 1
+            if method == "lock":
+                held.append(args["node"])
+            elif method == "unlock":
+                held.remove(args["node"])
+            elif method in ("insert", "match_prefix"):
+                assert names.setdefault(want["node"], got["node"]) == got["node"], (step, method, args)
+                recent = (recent + [want["node"]])[-8:]
                 want, got = {**want, "node": 0}, {**got, "node": 0}
-            if method == "evict":
-                assert len(want["nodes"]) == len(got["nodes"])
+            elif method == "evict":
+                assert len(want["nodes"]) == len(got["nodes"]), (step, args)
                 for h, g in zip(want["nodes"], got["nodes"]):
                     assert names.setdefault(h, g) == g
                     del names[h]
                 want, got = want["evicted"], got["evicted"]
+                done["freed"] += want
             assert want == got, (step, method, args)
+        assert min(done.values()) > 100, done  # every kind of step ran (refusals too), evictions freed tokens
 
 
-def _random_step(rng, cache):
+def _random_step(rng, recent, held):
     key = [rng.randint(1, 4) for _ in range(rng.randint(0, 12))]
     which = rng.randint(0, 9)
     if which <= 3:
         return "insert", {"tokens": key, "extra_key": rng.choice([None, "a"]), "priority": rng.randint(0, 2)}
     if which <= 5:
         return "match_prefix", {"tokens": key, "extra_key": rng.choice([None, "a"])}
-    handles = cache.handed_out()
-    if which == 6 and handles:
-        return "lock", {"node": rng.choice(handles)}
-    if which == 7 and cache.locked():
-        return "unlock", {"node": rng.choice(cache.locked())}
+    if which == 6:  # sometimes an evicted node's handle: refused by both
+        return "lock", {"node": rng.choice(recent)}
+    if which == 7 and held:
+        return "unlock", {"node": rng.choice(held)}
     if which == 8:
-        return "evict", {"num_tokens": rng.randint(0, 12)}
+        return "evict", {"num_tokens": rng.randint(0, 40)}
     return rng.choice(["evictable_size", "protected_size"]), {}
