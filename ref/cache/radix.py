@@ -192,8 +192,8 @@ class RadixCache:
     def lock(self, node) -> int:
         """inc_lock_ref: one more lock on every node from `node` up to the root;
         minus the tokens that stop being evictable."""
-        self._tick()
         delta, x = 0, self._node(node)
+        self._tick()
         while x is not self.root:
             if x.lock_ref == 0:
                 self._evictable -= len(x.tokens)
@@ -208,10 +208,10 @@ class RadixCache:
         """dec_lock_ref: release a lock that lock(node) took, one lock fewer on every
         node of the path; the tokens that become evictable. Releasing a lock never
         taken on this node is refused (SGLang does not check: its counts go negative)."""
-        self._tick()
         delta, x = 0, self._node(node)
         if self._held.get(x.handle, 0) == 0:
             raise ValueError(f"node: no lock taken on node {x.handle} is left to release")
+        self._tick()
         self._held[x.handle] -= 1
         while x is not self.root:
             if x.lock_ref == 1:
@@ -263,20 +263,6 @@ class RadixCache:
     def locked(self) -> list[int]:
         """The handles that locks were taken on and not yet released."""
         return sorted(h for h, n in self._held.items() if n > 0)
-
-    def prefixes(self) -> set[tuple]:
-        """Every cached prefix as (extra key, tokens), page by page: what a match can return."""
-        out = set()
-        for node in self._nodes.values():
-            path, x = [], node
-            while x is not self.root:
-                path.append(x.tokens)
-                x = x.parent
-            whole = sum(reversed(path), ())
-            extra = next(iter(k for k, c in node.parent.children.items() if c is node))[0] \
-                if node is not self.root else None
-            out.update((extra, whole[:i]) for i in range(0, len(whole) + 1, self.page_size))
-        return out
 
     def snapshot(self) -> dict[str, Any]:
         """The tree as JSON: each node's handle, parent, tokens and lock count."""
