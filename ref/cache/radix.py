@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import numbers
 from typing import Any
 
 from ref.arguments import integer, member
@@ -73,7 +74,11 @@ def _policy_key(policy: Policy, node: _Node) -> tuple:
 def _tokens(tokens, name: str) -> tuple[int, ...]:
     if not isinstance(tokens, (list, tuple)):
         raise TypeError(f"{name}: expected a list of token ids, got {type(tokens).__name__}")
-    return tuple(integer(t, f"{name}[{i}]", minimum=0) for i, t in enumerate(tokens))
+    bad = next((i for i, t in enumerate(tokens)
+                if isinstance(t, bool) or not isinstance(t, numbers.Integral) or t < 0), None)
+    if bad is not None:
+        integer(tokens[bad], f"{name}[{bad}]", minimum=0)  # raises, naming the token
+    return tuple(int(t) for t in tokens)
 
 
 def _extra(extra_key) -> str | None:
@@ -117,10 +122,10 @@ class RadixCache:
         """The whole pages of a key (SGLang's page_aligned)."""
         return tokens[:len(tokens) // self.page_size * self.page_size]
 
-    def _common(self, a: tuple, b: tuple) -> int:
-        """The length of the common prefix of `a` and `b`, in whole pages."""
-        n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
+    def _common(self, tokens: tuple, key: tuple, at: int) -> int:
+        """The length of the common prefix of `tokens` and `key[at:]`, in whole pages."""
+        n, most = 0, min(len(tokens), len(key) - at)
+        while n < most and tokens[n] == key[at + n]:
             n += 1
         return n // self.page_size * self.page_size
 
@@ -140,9 +145,10 @@ class RadixCache:
         node a partial match splits); (the last node of the matched prefix, its length)."""
         node, matched = self.root, 0
         node.last_access = now
-        while matched < len(key) and (child := node.children.get(self._child_key(extra_key, key[matched:]))):
+        while matched < len(key) and (child := node.children.get(
+                self._child_key(extra_key, key[matched:matched + self.page_size]))):
             child.last_access = now
-            common = self._common(child.tokens, key[matched:])
+            common = self._common(child.tokens, key, matched)
             matched += common
             node = self._split(child, common, extra_key) if common < len(child.tokens) else child
             if on_node is not None:

@@ -98,9 +98,9 @@ class MatchNotTruncated(RadixCache):
     """The common length of a key and a node is not rounded down to whole pages:
     a match (and the split it makes) ends inside a page."""
 
-    def _common(self, a, b):
+    def _common(self, tokens, key, at):
         n = 0
-        while n < min(len(a), len(b)) and a[n] == b[n]:
+        while n < min(len(tokens), len(key) - at) and tokens[n] == key[at + n]:
             n += 1
         return n
 

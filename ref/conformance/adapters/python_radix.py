@@ -144,9 +144,10 @@ class RadixTrie:
         return self.by_handle[node]
 
     def lock(self, node):
+        marks = self._marks_above(self._page(node))
         self._now()
         delta = 0
-        for mark in self._marks_above(self._page(node)):
+        for mark in marks:
             page = self.by_handle[mark.handle]
             delta -= self._length(page) if mark.lock == 0 else 0
             mark.lock += 1
@@ -154,11 +155,10 @@ class RadixTrie:
         return delta
 
     def unlock(self, node):
-        self._now()
-        page = self._page(node)
-        marks = self._marks_above(page)
+        marks = self._marks_above(self._page(node))
         if node not in self.taken:
             raise ValueError(f"node: {node} was not locked")
+        self._now()
         self.taken.remove(node)
         delta = 0
         for mark in marks:
