@@ -80,6 +80,22 @@ def _params():
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _vectors_read_once():
+    """Each op's golden vectors read (and their sha256s verified) once for the module's
+    hundreds of runs, every run handed its own copy: a few hundred entries share a
+    dozen ops."""
+    import copy
+    from functools import lru_cache
+
+    from ref.conformance.judges import arrays
+
+    read = lru_cache(maxsize=None)(arrays.load_vectors)  # the original, bound before the patch
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(arrays, "load_vectors", lambda name, golden=None: copy.deepcopy(read(name, golden)))
+        yield
+
+
 @pytest.mark.parametrize("key", list(_params()))
 def test_bug_is_rejected_by_a_vector_carrying_its_flag(key):
     factory, flag, ops = ENTRIES[key]
