@@ -74,10 +74,13 @@ def paged_inputs(rng: np.random.Generator, seq_lens, q_lens, hq: int, hkv: int, 
             "cu_seqlens_q": np.cumsum([0, *q_lens]).astype(np.int32)}
 
 
-def _emulate(precision: str, q, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, **params):
-    """The attention area's emulation of attend_varlen on the gathered keys and values."""
+def _emulate(precision: str, q, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, *, scale=None,
+             causal=True):
+    """The attention area's emulation of attend_varlen on the gathered keys and values
+    (paged_attention's defaults: causal, unlike attend_varlen's)."""
     kv = gather_kv(key_cache, value_cache, block_tables, seq_lens)
-    return emulate.attend_varlen(precision, q, kv.k, kv.v, cu_seqlens_q, kv.cu_seqlens_k, **params)
+    return emulate.attend_varlen(precision, q, kv.k, kv.v, cu_seqlens_q, kv.cu_seqlens_k, scale=scale,
+                                 causal=causal)
 
 
 def _vectors() -> Vectors:
