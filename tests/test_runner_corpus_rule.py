@@ -15,7 +15,15 @@ from pathlib import Path
 import corpus
 import numpy as np
 import pytest
-from corpus import attention_impls, attention_tiled, formats_impls, groups_layouts, kernel_bugs, roofline_impls
+from corpus import (
+    attention_impls,
+    attention_tiled,
+    cache_paged_attention,
+    formats_impls,
+    groups_layouts,
+    kernel_bugs,
+    roofline_impls,
+)
 
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
@@ -50,13 +58,17 @@ def _entries():
                                   ["attention.attend"])
     for name, (op, flag, _) in roofline_impls.BUGS.items():
         out["roofline BUGS", name] = (lambda n=name: roofline_impls.bug(n), flag, [op])
+    for name, (flag, _) in cache_paged_attention.PAGED_ATTENTION_BUGS.items():
+        out["PAGED_ATTENTION_BUGS", name] = (lambda n=name: cache_paged_attention.bug(n), flag,
+                                             [cache_paged_attention.OP])
     return out
 
 
 ENTRIES = _entries()
 REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
               "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
-              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"},
+              "cache_paged_attention": {"PAGED_ATTENTION_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes

@@ -12,6 +12,8 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_groups`: integer group codecs, int32 and FP4 packing by bit arithmetic, the
   128x4 scale layout by reshapes and transposes;
 - `numpy_attention`: float32 NumPy attention kernels for the bounded attention ops;
+- `numpy_paged_attention`: a float32 paged-attention kernel walking each sequence's
+  blocks with an online softmax;
 - `numpy_roofline`: the roofline accounting (bytes, parameters, FLOPs) by exact
   Python-int arithmetic on object arrays, and the serving formulas in float64.
 
@@ -28,16 +30,17 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_blocks,
     numpy_groups,
+    numpy_paged_attention,
     numpy_roofline,
     numpy_sr_bits,
     numpy_stochastic,
 )
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
-         numpy_roofline)
+         numpy_roofline, numpy_paged_attention)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
-        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME}")
+        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged_attention.NAME}")
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}
