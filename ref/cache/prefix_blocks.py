@@ -192,6 +192,10 @@ class PrefixBlockCache:
     def num_free(self):
         return len(self._queue)
 
+    def requests(self) -> list[str]:
+        """The allocated request ids, sorted (for strategies; not a traced method)."""
+        return sorted(self._requests)
+
     def snapshot(self) -> dict:
         """The state as JSON (failure reports)."""
         return {"free_queue": list(self._queue),
