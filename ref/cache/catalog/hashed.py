@@ -124,7 +124,7 @@ def _traces() -> list[TraceSpec]:
                    (A, {"request_id": "b", "tokens": sys16 + [5, 6]}), (Q, {}), (N, {}))),
         TraceSpec("equal tokens under another prefix do not hit", ("HashChain",),
                   ((A, {"request_id": "a", "tokens": _p(4, 10) + _p(4, 20) + [0]}),
-                   (L, {"tokens": _p(4, 30) + _p(4, 20) + [0]}),
+                   (L, {"tokens": _p(4, 30) + _p(4, 20) + [0]}), (L, {"tokens": _p(4, 20) + [0]}),
                    (A, {"request_id": "b", "tokens": _p(4, 30) + _p(4, 20) + [0]}))),
         TraceSpec("only full blocks are cached: a partial block never hits", ("FullBlocksOnly",),
                   ((A, {"request_id": "a", "tokens": _p(6)}), (F, {"request_id": "a"}),
