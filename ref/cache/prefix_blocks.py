@@ -25,6 +25,11 @@ its front.
                         hashed ones at the back (kept longest: LRU)
     "append_all"       (earlier v1 releases): all at the back, in that reverse order
 - free_queue(), num_free(): the queue front to back, and its length.
+
+Accounting: `tokens_served()` sums the hit tokens of every allocate; `prefill_flops_saved`
+is what a hit of h of a prompt's n tokens saves, by ref.roofline.flops.forward_flops:
+F(n tokens after 0) - F(n - h tokens after h), which under the "exact" causal count
+equals the prefill of the h cached tokens alone with no logits, F(h after 0, lm_head none).
 """
 
 from __future__ import annotations
@@ -34,8 +39,18 @@ from collections import deque
 
 from ref.arguments import integer, member
 from ref.cache.block_hash import DEFAULT_SEED, HashFunction, request_block_hashes
+from ref.roofline.config import Model
+from ref.roofline.flops import forward_flops
 
-__all__ = ["FreeOrder", "PrefixBlockCache"]
+__all__ = ["FreeOrder", "PrefixBlockCache", "prefill_flops_saved"]
+
+
+def prefill_flops_saved(model: Model, prompt_tokens: int, hit_tokens: int, causal: str = "exact") -> int:
+    """FLOPs a prefix-cache hit of `hit_tokens` saves on a prompt of `prompt_tokens`:
+    the full prefill's minus the prefill of the rest after the cached context."""
+    n = integer(prompt_tokens, "prompt_tokens", minimum=0)
+    h = integer(hit_tokens, "hit_tokens", minimum=0, maximum=max(n - 1, 0))
+    return forward_flops(model, n, 0, causal) - forward_flops(model, n - h, h, causal)
 
 
 class FreeOrder(enum.Enum):
@@ -70,6 +85,7 @@ class PrefixBlockCache:
         self._cached: dict[bytes, list[int]] = {}
         self._queue = deque(range(1, self.num_blocks))  # block 0: the null block
         self._requests: dict[str, dict] = {}
+        self._served = 0
 
     # ----------------------------------------------------------------- hashing
     def _hashes(self, tokens: list[int], lora, salt) -> list[bytes]:
@@ -149,6 +165,7 @@ class PrefixBlockCache:
                "lora": lora, "salt": salt}
         self._requests[request_id] = req
         self._cache_full(req)
+        self._served += len(hits) * self.block_size
         return {"hit_tokens": len(hits) * self.block_size, "blocks": list(req["blocks"]), "evicted": evicted}
 
     def _request(self, request_id) -> dict:
@@ -191,6 +208,11 @@ class PrefixBlockCache:
 
     def num_free(self):
         return len(self._queue)
+
+    def tokens_served(self) -> int:
+        """Prompt tokens served from the cache so far (the sum of allocate's hit tokens;
+        not a traced method)."""
+        return self._served
 
     def requests(self) -> list[str]:
         """The allocated request ids, sorted (for strategies; not a traced method)."""
