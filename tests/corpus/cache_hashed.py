@@ -8,6 +8,9 @@ Implementation of that one op.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
+
 import numpy as np
 
 from ref.conformance.adapters import python_prefix_blocks as product
@@ -50,20 +53,21 @@ def _zero_none_hash(parent, tokens, *args, hash_function="sha256_cbor", **kw):
     return P.block_hash(parent, tokens, *args, hash_function=hash_function, **kw)
 
 
-def _pickle_protocol_4(parent, tokens, *args, hash_function="sha256_cbor", **kw):
+def _pickle_protocol_4(parent, tokens, lora_name=None, lora_path=None, cache_salt=None, mm_ids=None,
+                       mm_offsets=None, *, hash_function="sha256_cbor"):
     """pickle protocol 4 (an older HIGHEST_PROTOCOL) where vLLM pickles with 5."""
+    out = P.block_hash(parent, tokens, lora_name, lora_path, cache_salt, mm_ids, mm_offsets,
+                       hash_function=hash_function)  # the checks, and the CBOR variant as it is
     if hash_function != "sha256_pickle":
-        return P.block_hash(parent, tokens, *args, hash_function=hash_function, **kw)
-    import pickle
-
-    saved = P.pickle.dumps
-    P.pickle = type("PickleModule", (), {"dumps": staticmethod(lambda obj, protocol=5: pickle.dumps(obj, protocol=4)),
-                                         "HIGHEST_PROTOCOL": 4})
-    try:
-        return P.block_hash(parent, tokens, *args, hash_function=hash_function, **kw)
-    finally:
-        P.pickle = pickle
-        del saved
+        return out
+    text = lambda a: "" if a is None else bytes(np.asarray(a)).decode()  # noqa: E731
+    first = np.asarray(parent).size == 0
+    mm = [] if mm_ids is None else [(bytes(r).decode(), int(o)) for r, o in zip(np.asarray(mm_ids), mm_offsets)]
+    name = text(lora_name)
+    keys = P.keys_for(first, (name, text(lora_path)) if name else None, mm, text(cache_salt))
+    prev = hashlib.sha256(pickle.dumps(P.SEED, protocol=4)).digest() if first else bytes(np.asarray(parent))
+    triple = (prev, tuple(int(t) for t in np.asarray(tokens)), keys)
+    return np.frombuffer(hashlib.sha256(pickle.dumps(triple, protocol=4)).digest(), np.uint8).copy()
 
 
 # ------------------------------------------------------------------ prefix_blocks
