@@ -23,7 +23,8 @@ its front.
   those whose count reaches 0 join the free queue, by `free_order`:
     "prepend_unhashed" (vLLM 0.33): unhashed blocks at the front (reused first),
                         hashed ones at the back (kept longest: LRU)
-    "append_all"       (earlier v1 releases): all at the back, in that reverse order
+    "append_all"       (v1 before vLLM PR #42656, May 2026): all at the back, in that
+                        reverse order
 - free_queue(), num_free(): the queue front to back, and its length.
 
 Accounting: `tokens_served()` sums the hit tokens of every allocate; `prefill_flops_saved`

@@ -47,7 +47,7 @@ HASH = Variant("hash_function", HashFunction, HashFunction.SHA256_CBOR,
                "default sha256)")
 ORDER = Variant("free_order", FreeOrder, FreeOrder.PREPEND_UNHASHED,
                 "where freed blocks join the free queue: unhashed at the front (vLLM 0.33) or all at the back "
-                "(earlier v1 releases)")
+                "(v1 before vLLM PR #42656)")
 EMPTY = np.zeros(0, np.uint8)
 
 
