@@ -18,6 +18,7 @@ import pytest
 from corpus import (
     attention_impls,
     attention_tiled,
+    cache_hashed,
     cache_paged_attention,
     formats_impls,
     groups_layouts,
@@ -61,6 +62,8 @@ def _entries():
     for name, (flag, _) in cache_paged_attention.PAGED_ATTENTION_BUGS.items():
         out["PAGED_ATTENTION_BUGS", name] = (lambda n=name: cache_paged_attention.bug(n), flag,
                                              [cache_paged_attention.OP])
+    for name, (op, flag, _) in cache_hashed.HASHED_BUGS.items():
+        out["HASHED_BUGS", name] = (lambda n=name: cache_hashed.bug(n), flag, [op])
     return out
 
 
@@ -68,7 +71,8 @@ ENTRIES = _entries()
 REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
               "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
               "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"},
-              "cache_paged_attention": {"PAGED_ATTENTION_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
+              "cache_hashed": {"HASHED_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
@@ -121,7 +125,7 @@ def _rule_broken(impl, flag: str, ops) -> str | None:
     """Why the golden vectors alone do not reject `impl` by a vector carrying `flag`
     (a runner check's name: by any vector), or None."""
     report = run(impl, ops=ops, examples=0, skips=NO_SWEEPS)
-    failures = [f for r in report.ops for f in r.failures if f.where.startswith(("vector ", "latitude"))]
+    failures = [f for r in report.ops for f in r.failures if f.where.startswith(("vector ", "latitude", "trace "))]
     if not failures:
         return "caught only outside the golden vectors"
     if flag not in RUNNER_CHECKS and not any(flag in f.flags for f in failures):
