@@ -1,8 +1,9 @@
 """The cache area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
+from ref.cache.catalog import block_manager, paged
 from ref.testing.flags import COMMON
 
-MODULES = ()
+MODULES = (paged, block_manager)
 
 OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
 FLAGS = dict(COMMON)
