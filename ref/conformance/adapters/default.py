@@ -13,7 +13,9 @@ covers every op of the catalog, with code that is not the oracle:
   128x4 scale layout by reshapes and transposes;
 - `numpy_attention`: float32 NumPy attention kernels for the bounded attention ops;
 - `numpy_roofline`: the roofline accounting (bytes, parameters, FLOPs) by exact
-  Python-int arithmetic on object arrays, and the serving formulas in float64.
+  Python-int arithmetic on object arrays, and the serving formulas in float64;
+- `numpy_paged`: paged KV storage token by token (slots, bit copies by slot, the
+  page table) and a block manager with a free stack.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -28,16 +30,17 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_blocks,
     numpy_groups,
+    numpy_paged,
     numpy_roofline,
     numpy_sr_bits,
     numpy_stochastic,
 )
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
-         numpy_roofline)
+         numpy_roofline, numpy_paged)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
-        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME}")
+        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged.NAME}")
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}
