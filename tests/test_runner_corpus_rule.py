@@ -15,7 +15,8 @@ from pathlib import Path
 import corpus
 import numpy as np
 import pytest
-from corpus import attention_impls, attention_tiled, formats_impls, groups_layouts, kernel_bugs, roofline_impls
+from corpus import (attention_impls, attention_tiled, cache_paged, formats_impls, groups_layouts, kernel_bugs,
+                    roofline_impls)
 
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
@@ -50,13 +51,16 @@ def _entries():
                                   ["attention.attend"])
     for name, (op, flag, _) in roofline_impls.BUGS.items():
         out["roofline BUGS", name] = (lambda n=name: roofline_impls.bug(n), flag, [op])
+    for name, (op, flag, _) in cache_paged.PAGED_BUGS.items():
+        out["PAGED_BUGS", name] = (lambda n=name: cache_paged.bug(n), flag, [op])
     return out
 
 
 ENTRIES = _entries()
 REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
               "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
-              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"},
+              "cache_paged": {"PAGED_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
@@ -93,7 +97,7 @@ def _rule_broken(impl, flag: str, ops) -> str | None:
     """Why the golden vectors alone do not reject `impl` by a vector carrying `flag`
     (a runner check's name: by any vector), or None."""
     report = run(impl, ops=ops, examples=0, skips=NO_SWEEPS)
-    failures = [f for r in report.ops for f in r.failures if f.where.startswith(("vector ", "latitude"))]
+    failures = [f for r in report.ops for f in r.failures if f.where.startswith(("vector ", "latitude", "trace "))]
     if not failures:
         return "caught only outside the golden vectors"
     if flag not in RUNNER_CHECKS and not any(flag in f.flags for f in failures):

@@ -95,11 +95,11 @@ def token_place(slot: int, block_size: int, num_slots: int):
 
 
 def reshape_and_cache(key, value, slots, key_cache=None, value_cache=None, kv_cache=None, *, layout="vllm",
-                      place=token_place):
-    if layout not in LAYOUTS:
+                      place=token_place, layouts=LAYOUTS):
+    if layout not in layouts:
         raise ValueError(f"unknown layout {layout!r}")
     given = {"key_cache": key_cache, "value_cache": value_cache, "kv_cache": kv_cache}
-    (k_name, k_at), (v_name, v_at), order = LAYOUTS[layout]
+    (k_name, k_at), (v_name, v_at), order = layouts[layout]
     if {n for n, a in given.items() if a is not None} != {k_name, v_name}:
         raise ValueError(f"layout {layout} takes {sorted({k_name, v_name})}")
     arrays = {n: _bits(given[n]).copy() for n in {k_name, v_name}}
