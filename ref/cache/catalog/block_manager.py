@@ -103,9 +103,11 @@ def step(manager: BlockManager, draw: tuple[int, int, int]) -> tuple[str, dict]:
     """The next step, mostly valid: existing sequences appended, forked and freed, new
     ones added; now and then an unknown sequence or more tokens than fit."""
     which, pick, tokens = draw
-    live = sorted(manager.sequences())
+    live = sorted(manager.sequences())  # sequence ids in use
     old = live[pick % len(live)] if live else pick
-    new = next(s for s in range(pick, pick + 20) if s not in manager.sequences())
+    new = pick
+    while new in live:
+        new += 1
     if which == 0 or not live:
         return A, {"seq": new if which or pick % 5 else old, "tokens": tokens}
     if which == 1:
