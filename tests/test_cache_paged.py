@@ -284,7 +284,7 @@ def test_a_hundred_thousand_random_operations_keep_the_invariants():
 
 # --- the judge: correct twins pass, wrong ones fail (traces, and the search alone) ----------
 
-BOTH = Implementation("x", {"cache.block_manager": BlockManager}, variants={MANAGER.name: {"null_block": [False, True]}})
+BOTH = Implementation("x", {MANAGER.name: BlockManager}, variants={MANAGER.name: {"null_block": [False, True]}})
 
 
 def _judge(factory, *, examples=0, golden=None):

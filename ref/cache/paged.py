@@ -142,8 +142,9 @@ def _check_slots(slots: np.ndarray, num_slots: int, tokens: int) -> np.ndarray:
     if slots.shape != (tokens,):
         raise ValueError(f"slots: expected one per token ({tokens},), got {slots.shape}")
     real = slots[slots != PAD]
-    if np.any((real < 0) | (real >= num_slots)):
-        raise ValueError(f"slots: expected -1 (skip) or 0..{num_slots - 1}, got {real[(real < 0) | (real >= num_slots)][0]}")
+    outside = real[(real < 0) | (real >= num_slots)]
+    if outside.size:
+        raise ValueError(f"slots: expected -1 (skip) or 0..{num_slots - 1}, got {outside[0]}")
     if np.unique(real).size != real.size:
         raise ValueError("slots: a slot is written twice in one call (duplicate slots)")
     return slots != PAD
