@@ -318,3 +318,12 @@ def test_each_wrong_manager_is_found_by_the_property_search_alone(name, tmp_path
     report = _judge(MANAGER_BUGS[name][2], examples=60, golden=tmp_path)
     assert report.vectors_run == 0 and report.verdict == "fail", name
     assert [f.where for f in report.failures] == ["property"]
+
+
+@pytest.mark.deep
+def test_the_default_kernels_agree_with_the_oracles_on_many_random_cases():
+    from ref.conformance.runner import run
+
+    impl = Implementation(numpy_paged.NAME, numpy_paged.OPS, variants=numpy_paged.VARIANTS)
+    report = run(impl, ops=["cache.*"], examples=400, shrink=False)
+    assert [r.verdict for r in report.ops] == ["pass"] * 4, [f.describe() for r in report.ops for f in r.failures]
