@@ -327,3 +327,30 @@ def test_the_default_kernels_agree_with_the_oracles_on_many_random_cases():
     impl = Implementation(numpy_paged.NAME, numpy_paged.OPS, variants=numpy_paged.VARIANTS)
     report = run(impl, ops=["cache.*"], examples=400, shrink=False)
     assert [r.verdict for r in report.ops] == ["pass"] * 4, [f.describe() for r in report.ops for f in r.failures]
+
+
+def _torch_reshape_and_cache(torch, key, value, slots, k_cache, v_cache):
+    """What an engine's torch fallback does: index_put_ into [blocks * B, Hkv, D] views of
+    the caches, on integer views of the bits, padding tokens masked out."""
+    def bits(a):
+        return torch.from_numpy(a.view(f"i{a.itemsize}").copy())
+
+    kc, vc, k, v, s = bits(k_cache), bits(v_cache), bits(key), bits(value), torch.from_numpy(slots)
+    keep = s >= 0
+    kc.view(-1, *kc.shape[2:]).index_put_((s[keep],), k[keep])
+    vc.view(-1, *vc.shape[2:]).index_put_((s[keep],), v[keep])
+    return kc.numpy().view(k_cache.dtype), vc.numpy().view(v_cache.dtype)
+
+
+def test_torch_index_put_writes_the_same_bits():
+    torch = pytest.importorskip("torch")
+    from ref.testing.vector_files import load_vectors
+
+    checked = 0
+    for v in load_vectors("cache.reshape_and_cache"):
+        if v.result == "valid" and v.params.get("layout", "vllm") == "vllm":
+            x = v.inputs
+            got = _torch_reshape_and_cache(torch, x["key"], x["value"], x["slots"], x["key_cache"], x["value_cache"])
+            assert all(g.tobytes() == e.tobytes() for g, e in zip(got, v.expected)), v.comment
+            checked += 1
+    assert checked >= 5
