@@ -126,8 +126,10 @@ def _steps(manager: BlockManager) -> st.SearchStrategy:
 
 
 def _examples(supported):
-    return st.fixed_dictionaries({"num_blocks": st.integers(1, 10), "block_size": st.sampled_from([1, 2, 4]),
-                                  "null_block": st.sampled_from(list(supported.get("null_block", (False,))))})
+    """Params the factory takes: 1 to 10 blocks (at least 2 beside a null block)."""
+    params = st.fixed_dictionaries({"num_blocks": st.integers(1, 10), "block_size": st.sampled_from([1, 2, 4]),
+                                    "null_block": st.sampled_from(list(supported.get("null_block", (False,))))})
+    return params.map(lambda p: {**p, "num_blocks": max(p["num_blocks"], 1 + p["null_block"])})
 
 
 def _snapshot(m) -> dict:
