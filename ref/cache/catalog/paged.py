@@ -178,16 +178,19 @@ def _cache_vectors() -> list[VectorSpec]:
         add("a duplicate slot is rejected", [INVALID_INPUT], "invalid", slots=[4, 4])
         add("a slot past the cache is rejected", [INVALID_INPUT], "invalid", slots=[16])
         add("a slot of -2 is rejected (-1 is the skip mark)", [INVALID_INPUT], "invalid", slots=[-2])
-    add = lambda comment, case: out.append(VectorSpec(comment, (INVALID_INPUT,), case, "invalid"))  # noqa: E731
+
+    def refused(comment, case):
+        out.append(VectorSpec(comment, (INVALID_INPUT,), case, "invalid"))
+
     case = _cache_case(rng, "vllm", "float16", [1, 2], dv=4)
     out.append(VectorSpec("value head dim 4 beside key head dim 8 (vllm)", ("SlotOffset", "Untouched"), case))
     stacked = _cache_case(rng, "vllm_stacked", "float16", [1])
-    add("vllm_stacked with a value_cache beside kv_cache is rejected",
-        Case({**stacked.inputs, "value_cache": stacked.inputs["kv_cache"][1]}, stacked.params))
+    refused("vllm_stacked with a value_cache beside kv_cache is rejected",
+            Case({**stacked.inputs, "value_cache": stacked.inputs["kv_cache"][1]}, stacked.params))
     vllm = _cache_case(rng, "vllm", "float16", [1])
-    add("vllm without value_cache is rejected", Case({k: v for k, v in vllm.inputs.items() if k != "value_cache"},
-                                                      vllm.params))
-    add("key of another dtype than the cache is rejected (TypeError)",
+    refused("vllm without value_cache is rejected",
+            Case({k: v for k, v in vllm.inputs.items() if k != "value_cache"}, vllm.params))
+    refused("key of another dtype than the cache is rejected (TypeError)",
         Case({**vllm.inputs, "key": vllm.inputs["key"].astype(np.float32)}, vllm.params))
     return out
 
