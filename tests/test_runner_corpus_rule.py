@@ -19,6 +19,7 @@ from corpus import (
     attention_impls,
     attention_tiled,
     cache_hashed,
+    cache_paged,
     cache_paged_attention,
     formats_impls,
     groups_layouts,
@@ -64,6 +65,8 @@ def _entries():
                                              [cache_paged_attention.OP])
     for name, (op, flag, _) in cache_hashed.HASHED_BUGS.items():
         out["HASHED_BUGS", name] = (lambda n=name: cache_hashed.bug(n), flag, [op])
+    for name, (op, flag, _) in cache_paged.PAGED_BUGS.items():
+        out["PAGED_BUGS", name] = (lambda n=name: cache_paged.bug(n), flag, [op])
     return out
 
 
@@ -72,7 +75,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
               "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"},
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
-              "cache_hashed": {"HASHED_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes

@@ -1,9 +1,9 @@
 """The cache area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.cache.catalog import hashed, paged_attention
+from ref.cache.catalog import block_manager, hashed, paged, paged_attention
 from ref.testing.flags import COMMON
 
-MODULES = (paged_attention, hashed)
+MODULES = (paged, block_manager, paged_attention, hashed)
 
 OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
 FLAGS = dict(COMMON)

@@ -12,6 +12,8 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_groups`: integer group codecs, int32 and FP4 packing by bit arithmetic, the
   128x4 scale layout by reshapes and transposes;
 - `numpy_attention`: float32 NumPy attention kernels for the bounded attention ops;
+- `numpy_paged`: slot mapping, writing K and V by slot in vLLM's and FlashInfer's
+  layouts, FlashInfer's page table, and a block manager with reference counts;
 - `numpy_paged_attention`: a float32 paged-attention kernel walking each sequence's
   blocks with an online softmax;
 - `numpy_roofline`: the roofline accounting (bytes, parameters, FLOPs) by exact
@@ -32,6 +34,7 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_blocks,
     numpy_groups,
+    numpy_paged,
     numpy_paged_attention,
     numpy_roofline,
     numpy_sr_bits,
@@ -40,11 +43,11 @@ from ref.conformance.adapters import (
 )
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
-         numpy_roofline, numpy_paged_attention, python_prefix_blocks)
+         numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
-        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged_attention.NAME} + "
-        f"{python_prefix_blocks.NAME}")
+        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged.NAME} + "
+        f"{numpy_paged_attention.NAME} + {python_prefix_blocks.NAME}")
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}
