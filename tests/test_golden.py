@@ -16,6 +16,7 @@ import ref
 from ref.conformance import regenerate
 from ref.conformance.catalog import discover, flags
 from ref.testing.catalog_types import Kind
+from ref.testing.stateful import load_traces
 from ref.testing.vector_files import (RESULTS, dump_json, golden_dir, load_manifest, load_vectors, read_npz,
                                 sha256_file, write_npz)
 
@@ -183,7 +184,14 @@ def test_a_hand_edited_comment_missing_and_stray_files_are_named(copy):
 def test_every_op_has_vectors_with_the_wycheproof_fields():
     notes = load_manifest()["notes"]
     used = set()
-    for name in discover():
+    for name, op in discover().items():
+        if op.kind is Kind.STATEFUL:  # traces: the same fields, observations for outputs
+            traces = load_traces(name, GOLDEN)
+            assert traces and [t.id for t in traces] == list(range(1, len(traces) + 1)), name
+            assert all(t.comment and t.flags and set(t.flags) <= set(notes) for t in traces), name
+            used.update(f for t in traces for f in t.flags)
+            assert any(t.result == "invalid" for t in traces), f"{name}: no invalid trace"
+            continue
         vectors = load_vectors(name)
         assert vectors, name
         assert [v.id for v in vectors] == list(range(1, len(vectors) + 1))

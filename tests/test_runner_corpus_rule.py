@@ -15,8 +15,18 @@ from pathlib import Path
 import corpus
 import numpy as np
 import pytest
-from corpus import (attention_impls, attention_tiled, cache_radix, formats_impls, groups_layouts, kernel_bugs,
-                    roofline_impls)
+from corpus import (
+    attention_impls,
+    attention_tiled,
+    cache_hashed,
+    cache_paged,
+    cache_paged_attention,
+    cache_radix,
+    formats_impls,
+    groups_layouts,
+    kernel_bugs,
+    roofline_impls,
+)
 
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
@@ -51,6 +61,13 @@ def _entries():
                                   ["attention.attend"])
     for name, (op, flag, _) in roofline_impls.BUGS.items():
         out["roofline BUGS", name] = (lambda n=name: roofline_impls.bug(n), flag, [op])
+    for name, (flag, _) in cache_paged_attention.PAGED_ATTENTION_BUGS.items():
+        out["PAGED_ATTENTION_BUGS", name] = (lambda n=name: cache_paged_attention.bug(n), flag,
+                                             [cache_paged_attention.OP])
+    for name, (op, flag, _) in cache_hashed.HASHED_BUGS.items():
+        out["HASHED_BUGS", name] = (lambda n=name: cache_hashed.bug(n), flag, [op])
+    for name, (op, flag, _) in cache_paged.PAGED_BUGS.items():
+        out["PAGED_BUGS", name] = (lambda n=name: cache_paged.bug(n), flag, [op])
     for name, (_, flag) in cache_radix.RADIX_BUGS.items():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
     return out
@@ -59,7 +76,10 @@ def _entries():
 ENTRIES = _entries()
 REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layouts": {"GROUP_LAYOUT_BUGS"},
               "kernel_bugs": {"KERNEL_BUGS"}, "attention_impls": {"BUGS"}, "attention_tiled": {"TILE_BUGS"},
-              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"}, "cache_radix": {"RADIX_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"},
+              "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
+              "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
+              "cache_radix": {"RADIX_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
@@ -81,6 +101,22 @@ def _params():
     for key in ENTRIES:
         marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vectors_read_once():
+    """Each op's golden vectors read (and their sha256s verified) once for the module's
+    hundreds of runs, every run handed its own copy: a few hundred entries share a
+    dozen ops."""
+    import copy
+    from functools import lru_cache
+
+    from ref.conformance.judges import arrays
+
+    read = lru_cache(maxsize=None)(arrays.load_vectors)  # the original, bound before the patch
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(arrays, "load_vectors", lambda name, golden=None: copy.deepcopy(read(name, golden)))
+        yield
 
 
 @pytest.mark.parametrize("key", list(_params()))

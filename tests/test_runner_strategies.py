@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ref.conformance.catalog import discover
+from ref.testing.catalog_types import Kind
 from ref.testing.vector_files import Case
 
 OPS = discover()
@@ -30,6 +31,12 @@ def test_examples_draw_cases_the_oracle_takes(name, every):
     @settings(max_examples=3, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def draw(data):
+        if op.kind is Kind.STATEFUL:  # params the factory takes, then steps drawn against its state
+            model = op.oracle(**data.draw(op.examples(supported)))
+            for _ in range(3):
+                method, args = data.draw(op.steps(model))
+                assert method in op.methods and isinstance(args, dict)
+            return
         case = data.draw(op.examples(supported))
         assert isinstance(case, Case)
         assert all(isinstance(np.asarray(a), np.ndarray) for a in case.inputs.values())

@@ -1,9 +1,9 @@
 """The cache area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.cache.catalog import radix
+from ref.cache.catalog import block_manager, hashed, paged, paged_attention, radix
 from ref.testing.flags import COMMON
 
-MODULES = (radix,)
+MODULES = (paged, block_manager, paged_attention, hashed, radix)
 
 OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
 FLAGS = dict(COMMON)

@@ -12,9 +12,15 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_groups`: integer group codecs, int32 and FP4 packing by bit arithmetic, the
   128x4 scale layout by reshapes and transposes;
 - `numpy_attention`: float32 NumPy attention kernels for the bounded attention ops;
+- `numpy_paged`: slot mapping, writing K and V by slot in vLLM's and FlashInfer's
+  layouts, FlashInfer's page table, and a block manager with reference counts;
+- `numpy_paged_attention`: a float32 paged-attention kernel walking each sequence's
+  blocks with an online softmax;
 - `numpy_roofline`: the roofline accounting (bytes, parameters, FLOPs) by exact
   Python-int arithmetic on object arrays, and the serving formulas in float64;
-- `python_radix`: the radix prefix cache as a trie with one edge per page.
+- `python_prefix_blocks`: vLLM's block hashes (CBOR by hand, pickle from the standard
+  library) and its hash-chained prefix cache over an OrderedDict free queue;
+- `python_radix`: SGLang's radix prefix cache as a trie with one edge per page.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -29,17 +35,21 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_blocks,
     numpy_groups,
+    numpy_paged,
+    numpy_paged_attention,
     numpy_roofline,
     numpy_sr_bits,
     numpy_stochastic,
+    python_prefix_blocks,
     python_radix,
 )
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
-         numpy_roofline, python_radix)
+         numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
-        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {python_radix.NAME}")
+        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged.NAME} + "
+        f"{numpy_paged_attention.NAME} + {python_prefix_blocks.NAME} + {python_radix.NAME}")
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}

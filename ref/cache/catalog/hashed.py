@@ -1,0 +1,219 @@
+"""vLLM v1's hash-chained block cache.
+
+  cache.block_hash     exact: one full block's hash from its parent's, its tokens, its extra keys
+  cache.prefix_blocks  stateful: the BlockPool + KVCacheManager prefix cache (lookup,
+                       allocate, append, free, the free queue)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ref.cache.block_hash import HashFunction, block_hash
+from ref.cache.catalog.common import AREA
+from ref.cache.prefix_blocks import FreeOrder, PrefixBlockCache
+from ref.testing.catalog_types import Flag, Variant, seed_for
+from ref.testing.compare import compare_exact
+from ref.testing.params import variant_params
+from ref.testing.stateful import StatefulOp, TraceSpec
+from ref.testing.vector_files import Case, VectorSpec
+
+__all__ = ["FLAGS", "OPERATIONS"]
+
+FLAGS = {
+    "HashChain": Flag("a block hashed without its parent's hash (or with the wrong parent)",
+                      "equal tokens under different prefixes collide: a request reuses another prefix's KV"),
+    "ExtraKeys": Flag("the LoRA adapter, a multimodal item or the cache salt left out of the hash (or the salt on "
+                      "every block)", "requests with different adapters, images or salts share KV blocks"),
+    "NoneHash": Flag("the first block's parent taken as empty bytes or zeros instead of H(seed)",
+                     "hashes differ from vLLM's: no cache hit across engines or processes"),
+    "Serialisation": Flag("the triple serialised another way (non-canonical CBOR, another pickle protocol, tokens "
+                          "as int64 arrays)", "hashes differ from the engine's: prefix sharing silently lost"),
+    "FullBlocksOnly": Flag("a partial block hashed and cached", "a later request reuses a block whose KV is missing "
+                           "tokens"),
+    "LastToken": Flag("a cache hit covering the whole prompt", "no token is left to compute: the first output token "
+                      "has no logits"),
+    "Leak": Flag("a block not returned to the free queue (on free, or a touched hit not released)",
+                 "the pool shrinks until every request is refused"),
+    "EvictionOrder": Flag("the free queue in the wrong order: by insertion not last use, head first not tail first, "
+                          "unhashed blocks appended", "useful prefixes evicted before stale ones"),
+    "LazyEviction": Flag("a freed block's hash dropped at free (or never dropped at reuse)",
+                         "no reuse after a request ends, or a reused block still served as the old prefix"),
+}
+
+HASH = Variant("hash_function", HashFunction, HashFunction.SHA256_CBOR,
+               "serialisation before SHA-256: canonical CBOR (vLLM's sha256_cbor) or pickle protocol 5 (vLLM's "
+               "default sha256)")
+ORDER = Variant("free_order", FreeOrder, FreeOrder.PREPEND_UNHASHED,
+                "where freed blocks join the free queue: unhashed at the front (vLLM 0.33) or all at the back "
+                "(v1 before vLLM PR #42656)")
+EMPTY = np.zeros(0, np.uint8)
+
+
+def _utf8(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode(), np.uint8).copy()
+
+
+def _case(parent, tokens, fn: str, **extra) -> Case:
+    return Case({"parent": np.asarray(parent, np.uint8), "tokens": np.asarray(tokens, np.int64), **extra},
+                {"hash_function": fn})
+
+
+def _hash_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("cache.block_hash"))
+    toks = rng.integers(0, 150_000, 16)
+    specs = []
+    for fn in HASH.values:
+        first = block_hash(EMPTY, toks, hash_function=fn)
+        other = block_hash(EMPTY, toks[::-1].copy(), hash_function=fn)
+        v = lambda c, flags, case, result="valid": specs.append(VectorSpec(f"{c} ({fn})", flags, case, result))  # noqa: E731
+        v("the first block: parent NONE_HASH", ("NoneHash", "Serialisation"), _case(EMPTY, toks, fn))
+        v("a second block under a first", ("HashChain",), _case(first, toks, fn))
+        v("the same tokens under another parent", ("HashChain",), _case(other, toks, fn))
+        v("tokens past 2^16 and 2^32 (CBOR's longer heads; pickle's BININT and LONG1)", ("Serialisation",),
+          _case(first, [0, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**40], fn))
+        v("a block of one token", ("Serialisation",), _case(EMPTY, [7], fn))
+        lora = {"lora_name": _utf8("sql-adapter"), "lora_path": _utf8("/adapters/sql")}
+        v("a LoRA adapter on the first block", ("ExtraKeys",), _case(EMPTY, toks, fn, **lora))
+        v("a LoRA adapter on a later block", ("ExtraKeys",), _case(first, toks, fn, **lora))
+        v("the cache salt on the first block", ("ExtraKeys",), _case(EMPTY, toks, fn, cache_salt=_utf8("tenant-7")))
+        v("the cache salt is ignored on a later block", ("ExtraKeys",),
+          _case(first, toks, fn, cache_salt=_utf8("tenant-7")))
+        mm = {"mm_ids": np.stack([_utf8("img-aaaa"), _utf8("img-bbbb")]), "mm_offsets": np.int64([-3, 9])}
+        v("two multimodal items, one begun in an earlier block", ("ExtraKeys",), _case(first, toks, fn, **mm))
+        v("LoRA, an item and the salt together, in that order", ("ExtraKeys",),
+          _case(EMPTY, toks, fn, **lora, cache_salt=_utf8("s"), mm_ids=_utf8("img-aaaa")[None],
+                mm_offsets=np.int64([0])))
+        v("a non-ASCII salt (UTF-8)", ("ExtraKeys", "Serialisation"), _case(EMPTY, toks, fn, cache_salt=_utf8("sél")))
+        bad = lambda c, case, flags=("InvalidInput",): v(c, flags, case, "invalid")  # noqa: E731
+        bad("an empty block is rejected", _case(EMPTY, np.zeros(0), fn))
+        bad("a negative token is rejected", _case(EMPTY, [1, -1], fn))
+        bad("a parent of 31 bytes is rejected", _case(first[:31], toks, fn))
+        bad("float tokens are rejected", Case({"parent": EMPTY, "tokens": toks.astype(np.float64)},
+                                              {"hash_function": fn}))
+        bad("a LoRA path without a name is rejected", _case(EMPTY, toks, fn, lora_path=_utf8("/p")))
+        bad("mm offsets not matching the ids are rejected",
+            _case(EMPTY, toks, fn, mm_ids=_utf8("img-aaaa")[None], mm_offsets=np.int64([1, 2])))
+    return specs
+
+
+def _hash_examples(supported):
+    tokens = st.lists(st.integers(0, 2**34), min_size=1, max_size=20).map(lambda t: np.asarray(t, np.int64))
+    parent = st.one_of(st.just(EMPTY), st.binary(min_size=32, max_size=32).map(
+        lambda b: np.frombuffer(b, np.uint8).copy()))
+    salt = st.text(max_size=6).map(_utf8)
+    return st.tuples(parent, tokens, salt, variant_params(supported)).map(
+        lambda t: Case({"parent": t[0], "tokens": t[1], "cache_salt": t[2]}, t[3]))
+
+
+# ------------------------------------------------------------------ the stateful op
+
+def _p(n: int, start: int = 0) -> list[int]:
+    return list(range(start, start + n))
+
+
+def _traces() -> list[TraceSpec]:
+    A, L, F, Q, N, P = "allocate", "lookup", "free", "free_queue", "num_free", "append"
+    sys16 = _p(8, 100)  # a shared "system prompt" of two blocks of 4
+    return [
+        TraceSpec("a prompt is allocated, freed tail first, and its prefix hit again", ("Leak", "EvictionOrder"),
+                  ((A, {"request_id": "a", "tokens": sys16 + [1, 2, 3]}), (Q, {}),
+                   (F, {"request_id": "a"}), (Q, {}),
+                   (L, {"tokens": sys16 + [5, 6]}),
+                   (A, {"request_id": "b", "tokens": sys16 + [5, 6]}), (Q, {}), (N, {}))),
+        TraceSpec("equal tokens under another prefix do not hit", ("HashChain",),
+                  ((A, {"request_id": "a", "tokens": _p(4, 10) + _p(4, 20) + [0]}),
+                   (L, {"tokens": _p(4, 30) + _p(4, 20) + [0]}), (L, {"tokens": _p(4, 20) + [0]}),
+                   (A, {"request_id": "b", "tokens": _p(4, 30) + _p(4, 20) + [0]}))),
+        TraceSpec("only full blocks are cached: a partial block never hits", ("FullBlocksOnly",),
+                  ((A, {"request_id": "a", "tokens": _p(6)}), (F, {"request_id": "a"}),
+                   (L, {"tokens": _p(7)}), (L, {"tokens": _p(9)}), (A, {"request_id": "b", "tokens": _p(9)}))),
+        TraceSpec("the hit never covers the last prompt token", ("LastToken",),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (L, {"tokens": _p(8)}), (L, {"tokens": _p(9)}),
+                   (A, {"request_id": "b", "tokens": _p(8)}), (Q, {}))),
+        TraceSpec("a LoRA adapter and a cache salt isolate, the salt only through the first block", ("ExtraKeys",),
+                  ((A, {"request_id": "a", "tokens": _p(9)}),
+                   (L, {"tokens": _p(9), "lora_name": "sql", "lora_path": "/sql"}),
+                   (L, {"tokens": _p(9), "cache_salt": "t1"}),
+                   (A, {"request_id": "b", "tokens": _p(9), "cache_salt": "t1"}),
+                   (L, {"tokens": _p(9), "cache_salt": "t1"}),
+                   (A, {"request_id": "c", "tokens": _p(9), "lora_name": "sql", "lora_path": "/sql"}),
+                   (L, {"tokens": _p(9), "lora_name": "sql", "lora_path": "/sql"})), params={"num_blocks": 10}),
+        TraceSpec("freed hashed blocks stay cached until reused; reuse evicts them oldest first",
+                  ("LazyEviction", "EvictionOrder"),
+                  ((A, {"request_id": "a", "tokens": _p(9)}), (F, {"request_id": "a"}), (Q, {}),
+                   (A, {"request_id": "b", "tokens": _p(9, 50)}), (F, {"request_id": "b"}), (Q, {}),
+                   (A, {"request_id": "c", "tokens": _p(25, 200)}), (L, {"tokens": _p(9)}),
+                   (L, {"tokens": _p(9, 50)}), (Q, {})), params={"num_blocks": 10}),
+        TraceSpec("a hit refreshes a block: the eviction order is by last use, not by insertion", ("EvictionOrder",),
+                  ((A, {"request_id": "a", "tokens": _p(5)}), (F, {"request_id": "a"}),
+                   (A, {"request_id": "b", "tokens": _p(5, 40)}), (F, {"request_id": "b"}),
+                   (A, {"request_id": "c", "tokens": _p(5)}), (F, {"request_id": "c"}), (Q, {}),
+                   (A, {"request_id": "d", "tokens": _p(13, 80)}), (L, {"tokens": _p(5)}),
+                   (L, {"tokens": _p(5, 40)})), params={"num_blocks": 6}),
+        TraceSpec("a shared prefix is referenced twice and freed only by its last holder", ("Leak",),
+                  ((A, {"request_id": "a", "tokens": sys16 + [1]}), (A, {"request_id": "b", "tokens": sys16 + [2]}),
+                   (N, {}), (F, {"request_id": "a"}), (N, {}), (Q, {}), (F, {"request_id": "b"}), (Q, {}))),
+        TraceSpec("decode tokens fill a block, which is then cached", ("FullBlocksOnly", "Leak"),
+                  ((A, {"request_id": "a", "tokens": _p(3)}), (P, {"request_id": "a", "tokens": [3]}),
+                   (P, {"request_id": "a", "tokens": [4, 5]}), (F, {"request_id": "a"}), (Q, {}),
+                   (L, {"tokens": _p(6)}))),
+        TraceSpec("earlier releases append the unhashed tail too", ("EvictionOrder",),
+                  ((A, {"request_id": "a", "tokens": _p(10)}), (F, {"request_id": "a"}), (Q, {})),
+                  params={"free_order": "append_all"}),
+        TraceSpec("pickle hashes (vLLM's default) show in the evicted hashes", ("Serialisation", "NoneHash"),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (F, {"request_id": "a"}),
+                   (A, {"request_id": "b", "tokens": _p(12, 9)})),
+                  params={"num_blocks": 4, "hash_function": "sha256_pickle"}),
+        TraceSpec("CBOR hashes show in the evicted hashes", ("Serialisation", "NoneHash", "ExtraKeys"),
+                  ((A, {"request_id": "a", "tokens": _p(8), "cache_salt": "x"}), (F, {"request_id": "a"}),
+                   (A, {"request_id": "b", "tokens": _p(12, 9)})), params={"num_blocks": 4}),
+        TraceSpec("more blocks than are free is refused", ("InvalidInput",),
+                  ((A, {"request_id": "a", "tokens": _p(20)}), (A, {"request_id": "b", "tokens": _p(13, 50)})),
+                  result="invalid"),
+        TraceSpec("freeing an unknown request is refused", ("InvalidInput", "Leak"),
+                  ((A, {"request_id": "a", "tokens": _p(3)}), (F, {"request_id": "a"}), (F, {"request_id": "a"})),
+                  result="invalid"),
+        TraceSpec("a pool of only the null block is refused", ("InvalidInput",), (), params={"num_blocks": 1},
+                  result="invalid"),
+    ]
+
+
+_DRAW = st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(1, 14), st.integers(0, 2), st.integers(0, 7))
+
+
+def _step(cache: PrefixBlockCache, draw) -> tuple[str, dict]:
+    which, prefix, length, extra, pick = draw
+    live = cache.requests()
+    tokens = [prefix * 10 + (i % 3 if prefix else i) for i in range(length)]  # few prefixes: many hits
+    extras = [{}, {"cache_salt": "s"}, {"lora_name": "l", "lora_path": "/l"}][extra]
+    if which in (0, 1):
+        return "allocate", {"request_id": f"r{pick}", "tokens": tokens, **extras}
+    if which == 2 and live:
+        return "free", {"request_id": live[pick % len(live)]}
+    if which == 3 and live:
+        return "append", {"request_id": live[pick % len(live)], "tokens": tokens[:pick % 5 + 1]}
+    if which == 4:
+        return "lookup", {"tokens": tokens, **extras}
+    return "free_queue", {}
+
+
+OPERATIONS = [
+    AREA.exact("block_hash", block_hash, anchor="block-hash",
+               summary="a full block's hash: SHA-256 of (parent hash, tokens, extra keys) as vLLM v1 chains it",
+               variants=(HASH,), vectors=_hash_vectors, compare=compare_exact, examples=_hash_examples),
+    AREA.declare(StatefulOp, "prefix_blocks", PrefixBlockCache, anchor="prefix-blocks",
+                 summary="vLLM v1's hash-chained prefix cache: lookup, allocate, append, free, the free queue",
+                 variants=(HASH, ORDER),
+                 methods=("lookup", "allocate", "append", "free", "free_queue", "num_free"),
+                 vectors=_traces,
+                 examples=lambda supported: st.tuples(st.sampled_from((4, 6, 8)), st.sampled_from((2, 4)),
+                                                      variant_params(supported, only=("hash_function", "free_order"))).map(
+                     lambda t: {"num_blocks": t[0], "block_size": t[1], **t[2]}),
+                 steps=lambda cache: _DRAW.map(lambda d: _step(cache, d)),
+                 snapshot=lambda cache: cache.snapshot() if hasattr(cache, "snapshot") else repr(cache),
+                 identifiers=("lookup.observation.blocks[*]", "allocate.observation.blocks[*]",
+                              "append.observation.blocks[*]", "free_queue.observation[*]"),
+                 max_steps=25),
+]

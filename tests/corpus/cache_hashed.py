@@ -1,0 +1,198 @@
+"""The hash-chained prefix cache bug corpus: wrong block hashers and wrong prefix
+caches written the way engines' cache managers go wrong, each one step changed from
+the default run's (ref.conformance.adapters.python_prefix_blocks).
+
+HASHED_BUGS: name -> (op, flag, kernel or factory). `bug(name)` is the
+Implementation of that one op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import numpy as np
+
+from ref.conformance.adapters import python_prefix_blocks as product
+from ref.conformance.implementation import Implementation
+
+P = product
+
+
+# ------------------------------------------------------------------ block_hash
+
+def _unchained(parent, tokens, **kw):
+    """The parent ignored: every block hashed as a first block (salt aside)."""
+    return P.block_hash(np.zeros(0, np.uint8), tokens, **{k: v for k, v in kw.items() if k != "cache_salt"})
+
+
+def _no_extra_keys(parent, tokens, lora_name=None, lora_path=None, cache_salt=None, mm_ids=None, mm_offsets=None,
+                   *, hash_function="sha256_cbor"):
+    """LoRA, items and salt checked, then left out of the hash."""
+    P.block_hash(parent, tokens, lora_name, lora_path, cache_salt, mm_ids, mm_offsets, hash_function=hash_function)
+    return P.block_hash(parent, tokens, hash_function=hash_function)
+
+
+def _salt_everywhere(parent, tokens, lora_name=None, lora_path=None, cache_salt=None, mm_ids=None, mm_offsets=None,
+                     *, hash_function="sha256_cbor"):
+    """The cache salt on every block, not only the first."""
+    out = P.block_hash(parent, tokens, lora_name, lora_path, cache_salt, mm_ids, mm_offsets,
+                       hash_function=hash_function)
+    salt = b"" if cache_salt is None else bytes(np.asarray(cache_salt))
+    if np.asarray(parent).size and salt:
+        return np.frombuffer(P.digest((bytes(out), salt.decode()), hash_function), np.uint8).copy()
+    return out
+
+
+def _zero_none_hash(parent, tokens, *args, hash_function="sha256_cbor", **kw):
+    """The first block's parent taken as 32 zero bytes instead of H(seed)."""
+    parent = np.asarray(parent)
+    if parent.size == 0:
+        P.block_hash(parent, tokens, *args, hash_function=hash_function, **kw)  # the checks
+        parent = np.zeros(32, np.uint8)
+    return P.block_hash(parent, tokens, *args, hash_function=hash_function, **kw)
+
+
+def _pickle_protocol_4(parent, tokens, lora_name=None, lora_path=None, cache_salt=None, mm_ids=None,
+                       mm_offsets=None, *, hash_function="sha256_cbor"):
+    """pickle protocol 4 (an older HIGHEST_PROTOCOL) where vLLM pickles with 5."""
+    out = P.block_hash(parent, tokens, lora_name, lora_path, cache_salt, mm_ids, mm_offsets,
+                       hash_function=hash_function)  # the checks, and the CBOR variant as it is
+    if hash_function != "sha256_pickle":
+        return out
+    text = lambda a: "" if a is None else bytes(np.asarray(a)).decode()  # noqa: E731
+    first = np.asarray(parent).size == 0
+    mm = [] if mm_ids is None else [(bytes(r).decode(), int(o)) for r, o in zip(np.asarray(mm_ids), mm_offsets)]
+    name = text(lora_name)
+    keys = P.keys_for(first, (name, text(lora_path)) if name else None, mm, text(cache_salt))
+    prev = hashlib.sha256(pickle.dumps(P.SEED, protocol=4)).digest() if first else bytes(np.asarray(parent))
+    triple = (prev, tuple(int(t) for t in np.asarray(tokens)), keys)
+    return np.frombuffer(hashlib.sha256(pickle.dumps(triple, protocol=4)).digest(), np.uint8).copy()
+
+
+# ------------------------------------------------------------------ prefix_blocks
+
+class PartialBlockCached(P.PrefixCache):
+    """The trailing partial block hashed and cached too."""
+
+    def _chain(self, tokens, lora, salt):
+        out = super()._chain(tokens, lora, salt)
+        rest = tokens[len(out) * self.B:]
+        if rest:
+            parent = out[-1] if out else P.digest(P.SEED, self.fn)
+            out.append(P.digest((parent, tuple(rest), P.keys_for(not out, lora, [], salt)), self.fn))
+        return out
+
+    def _store(self, r):
+        r["chain"] = self._chain(r["tokens"], r["lora"], r["salt"])
+        for i in range(r["cached"], min(len(r["chain"]), len(r["blocks"]))):
+            b = r["blocks"][i]
+            if b not in self.block_hash:
+                self.block_hash[b] = r["chain"][i]
+                self.by_hash.setdefault(r["chain"][i], []).append(b)
+            r["cached"] = i + (len(r["tokens"]) >= (i + 1) * self.B)
+
+
+class WholePromptHit(P.PrefixCache):
+    """The lookup covers every full block, the last prompt token included."""
+
+    def _hit(self, chain, n):
+        return super()._hit(chain, n + 1)
+
+
+class LeakOnFree(P.PrefixCache):
+    """free drops the request but returns only its hashed blocks to the queue."""
+
+    def free(self, request_id):
+        blocks = self.reqs.get(request_id, {}).get("blocks", [])
+        super().free(request_id)
+        for b in blocks:
+            if b not in self.block_hash and b in self.free_q:
+                del self.free_q[b]
+
+
+class InsertionLru(P.PrefixCache):
+    """A hit block leaving the free queue keeps its old place when freed again (LRU by first insertion)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.first_freed = {}
+        self.clock = 0
+
+    def free(self, request_id):
+        super().free(request_id)
+        for b in self.free_q:
+            self.clock += 1
+            self.first_freed.setdefault(b, self.clock)
+        unhashed = [b for b in self.free_q if b not in self.block_hash]
+        hashed = sorted((b for b in self.free_q if b in self.block_hash), key=self.first_freed.get)
+        self.free_q.clear()
+        for b in unhashed + hashed:
+            self.free_q[b] = None
+
+    def _take(self, n):
+        taken, gone = super()._take(n)
+        for b in taken:
+            self.first_freed.pop(b, None)
+        return taken, gone
+
+
+class HeadFirstFree(P.PrefixCache):
+    """Blocks freed in table order (head first), so a prefix's head is evicted before its tail."""
+
+    def free(self, request_id):
+        if request_id in self.reqs:
+            self.reqs[request_id]["blocks"].reverse()
+        super().free(request_id)
+
+
+class EagerEviction(P.PrefixCache):
+    """Hashes dropped when a block is freed, not when it is reused: nothing survives its request."""
+
+    def free(self, request_id):
+        blocks = self.reqs.get(request_id, {}).get("blocks", [])
+        super().free(request_id)
+        for b in blocks:
+            if b in self.free_q and b in self.block_hash:
+                h = self.block_hash.pop(b)
+                self.by_hash[h].remove(b)
+                if not self.by_hash[h]:
+                    del self.by_hash[h]
+
+
+class UnchainedCache(P.PrefixCache):
+    """Each block hashed from its own tokens only: equal blocks under other prefixes hit."""
+
+    def _chain(self, tokens, lora, salt):
+        return [P.digest((b"", tuple(tokens[i * self.B:(i + 1) * self.B]), P.keys_for(i == 0, lora, [], salt)),
+                         self.fn) for i in range(len(tokens) // self.B)]
+
+
+class IgnoresExtraKeys(P.PrefixCache):
+    """LoRA and salt never reach the hash."""
+
+    def _chain(self, tokens, lora, salt):
+        return super()._chain(tokens, None, None)
+
+
+H, C = "cache.block_hash", "cache.prefix_blocks"
+HASHED_BUGS = {
+    "unchained block hash": (H, "HashChain", _unchained),
+    "block hash without extra keys": (H, "ExtraKeys", _no_extra_keys),
+    "cache salt on every block": (H, "ExtraKeys", _salt_everywhere),
+    "NONE_HASH as zero bytes": (H, "NoneHash", _zero_none_hash),
+    "pickle protocol 4": (H, "Serialisation", _pickle_protocol_4),
+    "unchained hashes in the cache": (C, "HashChain", UnchainedCache),
+    "cache ignoring LoRA and salt": (C, "ExtraKeys", IgnoresExtraKeys),
+    "partial block cached": (C, "FullBlocksOnly", PartialBlockCached),
+    "lookup covers the last prompt token": (C, "LastToken", WholePromptHit),
+    "unhashed blocks leaked on free": (C, "Leak", LeakOnFree),
+    "LRU by insertion, not last use": (C, "EvictionOrder", InsertionLru),
+    "freed head first": (C, "EvictionOrder", HeadFirstFree),
+    "hashes dropped at free": (C, "LazyEviction", EagerEviction),
+}
+
+
+def bug(name: str) -> Implementation:
+    op, _, kernel = HASHED_BUGS[name]
+    return Implementation(f"bug: {name}", {op: kernel}, variants={op: P.VARIANTS[op]})

@@ -1,0 +1,131 @@
+"""The paged KV storage bug corpus: wrong kernels and block managers written the way
+engines have gone wrong, each one step changed from the default run's
+(ref.conformance.adapters.numpy_paged).
+
+PAGED_BUGS: name -> (op, flag, kernel or factory). `bug(name)` is the Implementation
+of that one op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ref.conformance.adapters import numpy_paged as P
+from ref.conformance.implementation import Implementation
+
+# ------------------------------------------------------------------ slot mapping
+
+
+def _slot_off_by_one(row, pos, block_size):
+    """Decode's newest token taken as position seq_len rather than seq_len - 1."""
+    return P.slot_of(row, pos, block_size) + 1
+
+
+def _slot_int32(row, pos, block_size):
+    """The table's int32 block id times B in int32 (as a CUDA kernel with int slots)."""
+    P.slot_of(row, pos, block_size)  # the checks
+    with np.errstate(over="ignore"):
+        return int(np.int32(row[pos // block_size]) * np.int32(block_size) + np.int32(pos % block_size))
+
+
+def _slots(slot):
+    def kernel(block_tables, seq_ids, positions, *, block_size):
+        return P.slot_mapping(block_tables, seq_ids, positions, block_size=block_size, slot=slot)
+    return kernel
+
+
+def _padding_mapped(block_tables, seq_ids, positions, *, block_size):
+    """seq id -1 read as Python's last table row: padding gets a real slot."""
+    seqs = np.asarray(seq_ids)
+    good = P.slot_mapping(block_tables, seqs, positions, block_size=block_size)
+    tables = np.asarray(block_tables)
+    for t in np.flatnonzero(seqs == -1):
+        p = int(np.asarray(positions)[t])
+        if 0 <= p < tables.shape[1] * block_size and tables[-1, p // block_size] >= 0:
+            good[t] = P.slot_of(tables[-1], p, block_size)
+    return good
+
+
+# ------------------------------------------------------------------ reshape_and_cache
+
+def _padding_written(slot, block_size, num_slots):
+    """Slot -1 used as an index: Python writes the padding token into the cache's last slot."""
+    return divmod(slot % num_slots, block_size)
+
+
+def _cache(swap=None, place=P.token_place):
+    """`swap`: layout -> the layout whose index order the kernel uses for it."""
+    layouts = {name: (*row[:2], P.LAYOUTS[(swap or {}).get(name, name)][2]) for name, row in P.LAYOUTS.items()}
+
+    def kernel(key, value, slots, key_cache=None, value_cache=None, kv_cache=None, *, layout="vllm"):
+        return P.reshape_and_cache(key, value, slots, key_cache, value_cache, kv_cache, layout=layout, place=place,
+                                   layouts=layouts)
+    return kernel
+
+
+# ------------------------------------------------------------------ paged_kv_indices
+
+def _last_mod(length, pages, block_size):
+    return length % block_size
+
+
+def _indices(last):
+    def kernel(block_tables, seq_lens, *, block_size):
+        return P.paged_kv_indices(block_tables, seq_lens, block_size=block_size, last=last)
+    return kernel
+
+
+# ------------------------------------------------------------------ the block manager
+
+class CowLeak(P.BlockManager):
+    """Copy-on-write copies the block but keeps the sequence's reference to the source."""
+
+    def copy_on_write(self, table):
+        (dst,) = self.take(1)
+        src, table[-1] = table[-1], dst
+        return [[src, dst]]
+
+
+class NoCow(P.BlockManager):
+    """Appends into the shared last block: no copy, the fork's cache overwritten."""
+
+    def copy_on_write(self, table):
+        return []
+
+
+class FreeKeepsReferences(P.BlockManager):
+    """free forgets the table but only frees blocks no fork shares, never dropping their count."""
+
+    def free(self, seq):
+        self._check(seq, True)
+        del self.lengths[seq]
+        table = self.tables.pop(seq)
+        return [b for b in table if self.refs[b] == 1 and self.drop(b)]
+
+
+class NullHandedOut(P.BlockManager):
+    """The null block reported but left on the free stack."""
+
+    def __init__(self, num_blocks, block_size=16, null_block=False):
+        super().__init__(num_blocks, block_size, False)
+        self.null_block = null_block
+
+
+PAGED_BUGS = {
+    "slot off by one": ("cache.slot_mapping", "SlotOffset", _slots(_slot_off_by_one)),
+    "slots in int32": ("cache.slot_mapping", "Int32Slots", _slots(_slot_int32)),
+    "padding token mapped": ("cache.slot_mapping", "Padding", _padding_mapped),
+    "padding token written": ("cache.reshape_and_cache", "Padding", _cache(place=_padding_written)),
+    "layout HND read as NHD": ("cache.reshape_and_cache", "PageLayout", _cache({"flashinfer_hnd": "flashinfer_nhd"})),
+    "layout NHD read as HND": ("cache.reshape_and_cache", "PageLayout", _cache({"flashinfer_nhd": "flashinfer_hnd"})),
+    "last partial page length as len % B": ("cache.paged_kv_indices", "LastPage", _indices(_last_mod)),
+    "CoW block leaked": ("cache.block_manager", "CopyOnWrite", CowLeak),
+    "CoW not done (write into a shared block)": ("cache.block_manager", "CopyOnWrite", NoCow),
+    "refcount not decremented on free": ("cache.block_manager", "RefCount", FreeKeepsReferences),
+    "null block handed out": ("cache.block_manager", "NullBlock", NullHandedOut),
+}
+
+
+def bug(name: str) -> Implementation:
+    op, _, kernel = PAGED_BUGS[name]
+    return Implementation(name, {op: kernel}, variants={p: v for p, v in P.VARIANTS.items() if p == op})
