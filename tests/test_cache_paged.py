@@ -325,7 +325,7 @@ def test_the_default_kernels_agree_with_the_oracles_on_many_random_cases():
     from ref.conformance.runner import run
 
     impl = Implementation(numpy_paged.NAME, numpy_paged.OPS, variants=numpy_paged.VARIANTS)
-    report = run(impl, ops=["cache.*"], examples=400, shrink=False)
+    report = run(impl, ops=sorted(numpy_paged.OPS), examples=400, shrink=False)
     assert [r.verdict for r in report.ops] == ["pass"] * 4, [f.describe() for r in report.ops for f in r.failures]
 
 
