@@ -1,7 +1,7 @@
 """The paged-attention oracle `paged_attention` at decode, against the contiguous
 `attend` on the same keys, measured in the same run.
 
-    python benchmarks/cache_paged_attention.py [--quick] [--repeat 3]
+    python benchmarks/bench_cache_paged_attention.py [--quick] [--repeat 3]
 
 Shapes: GQA with 32 query heads over 8 KV heads, head dim 128, one sequence of
 32k keys (--quick: 8k) in blocks of 16 slots scattered over a pool with spare
