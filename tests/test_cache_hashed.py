@@ -11,6 +11,8 @@ import random
 import numpy as np
 import pytest
 from corpus import cache_hashed
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ref.cache.block_hash import block_hash, cbor, none_hash, request_block_hashes
 from ref.cache.catalog.hashed import OPERATIONS
@@ -215,3 +217,14 @@ def test_a_corpus_cache_is_found_by_the_search_alone(name, tmp_path):
     run_op(op, cache_hashed.HASHED_BUGS[name][2], cache_hashed.bug(name), Settings(examples=60, shrink=False, golden=tmp_path),
            report)
     assert report.verdict == "fail" and report.failures[0].where == "property"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**31 - 1), max_size=70), st.integers(1, 8), st.data())
+def test_a_chain_extended_from_its_known_hashes_is_the_chain_hashed_whole(tokens, block_size, data):
+    """append hashes only the blocks it fills: extending the known prefix of the chain
+    gives the chain hashed from scratch, whatever the split."""
+    cut = data.draw(st.integers(0, len(tokens)))
+    known = request_block_hashes(tokens[:cut], block_size, cache_salt="s")
+    assert request_block_hashes(tokens, block_size, cache_salt="s", known=known) == \
+        request_block_hashes(tokens, block_size, cache_salt="s")

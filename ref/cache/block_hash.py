@@ -170,11 +170,13 @@ def block_hash(parent, tokens, lora_name=_EMPTY, lora_path=_EMPTY, cache_salt=_E
 
 def request_block_hashes(tokens: Sequence[int], block_size: int, *, lora: tuple[str, str] | None = None,
                          cache_salt: str | None = None, hash_function: str = "sha256_cbor",
-                         seed: str = DEFAULT_SEED) -> list[bytes]:
-    """The chain of a request's full blocks (a trailing partial block has no hash)."""
-    out: list[bytes] = []
-    prev = none_hash(hash_function, seed)
-    for start in range(0, len(tokens) - block_size + 1, block_size):
+                         seed: str = DEFAULT_SEED, known: Sequence[bytes] = ()) -> list[bytes]:
+    """The chain of a request's full blocks (a trailing partial block has no hash).
+    `known`: the chain's first hashes, already computed for these tokens (a decode step
+    hashes only the blocks it fills, as vLLM's request block hasher does)."""
+    out: list[bytes] = list(known)
+    prev = out[-1] if out else none_hash(hash_function, seed)
+    for start in range(len(out) * block_size, len(tokens) - block_size + 1, block_size):
         keys = extra_keys(first=start == 0, lora=lora, cache_salt=cache_salt)
         prev = hash_triple((prev, tuple(int(t) for t in tokens[start:start + block_size]), keys), hash_function)
         out.append(prev)

@@ -89,9 +89,9 @@ class PrefixBlockCache:
         self._served = 0
 
     # ----------------------------------------------------------------- hashing
-    def _hashes(self, tokens: list[int], lora, salt) -> list[bytes]:
+    def _hashes(self, tokens: list[int], lora, salt, known: list[bytes] = ()) -> list[bytes]:
         return request_block_hashes(tokens, self.block_size, lora=lora, cache_salt=salt,
-                                    hash_function=self.hash_function, seed=DEFAULT_SEED)
+                                    hash_function=self.hash_function, seed=DEFAULT_SEED, known=known)
 
     @staticmethod
     def _extras(lora_name, lora_path, cache_salt):
@@ -186,7 +186,7 @@ class PrefixBlockCache:
             raise ValueError(f"tokens: {new} new blocks needed, {len(self._queue)} free")
         blocks, evicted = self._pop_free(new)
         req["tokens"], req["blocks"] = total, req["blocks"] + blocks
-        req["hashes"] = self._hashes(total, req["lora"], req["salt"])
+        req["hashes"] = self._hashes(total, req["lora"], req["salt"], known=req["hashes"])  # the new full blocks
         self._cache_full(req)
         return {"blocks": blocks, "evicted": evicted}
 
