@@ -9,8 +9,10 @@ of that one op, with every variant value supported.
 from __future__ import annotations
 
 import heapq
+import math
 
-from ref.cache.radix import Policy, RadixCache
+from ref.arguments import integer
+from ref.cache.radix import Policy, RadixCache, _extra, _tokens
 from ref.conformance.adapters import python_radix
 from ref.conformance.implementation import Implementation
 
@@ -125,6 +127,198 @@ class SplitLosesLocks(RadixCache):
         return head
 
 
+# --- adv12: bugs the cache adversary's mutants showed the suite accepted (or only the search caught)
+
+
+class SplitTailNotTouched(RadixCache):
+    """adv12 #16: a match ending inside a node touches the new head but not the tail
+    it splits off: LRU evicts the tail as if it were not just read."""
+
+    def _walk(self, key, extra_key, now, on_node=None):
+        node, matched = self.root, 0
+        node.last_access = now
+        while matched < len(key) and (child := node.children.get(
+                self._child_key(extra_key, key[matched:matched + self.page_size]))):
+            old = child.last_access
+            child.last_access = now
+            common = self._common(child.tokens, key, matched)
+            matched += common
+            if common < len(child.tokens):
+                child.last_access = old
+                node = self._split(child, common, extra_key)
+            else:
+                node = child
+            if on_node is not None:
+                on_node(node)
+        return node, matched
+
+
+class SplitHeadOldCreation(RadixCache):
+    """adv12 #17: a split head copies its tail's creation time (FIFO, FILO)."""
+
+    def _split(self, node, at, extra_key):
+        head = super()._split(node, at, extra_key)
+        head.created = node.created
+        return head
+
+
+class SplitHeadOldAccess(RadixCache):
+    """adv12 #18: a split head copies its tail's access time from before the split."""
+
+    def _walk(self, key, extra_key, now, on_node=None):
+        self._before = {h: n.last_access for h, n in self._nodes.items()}
+        return super()._walk(key, extra_key, now, on_node)
+
+    def _split(self, node, at, extra_key):
+        head = super()._split(node, at, extra_key)
+        head.last_access = self._before.get(node.handle, head.last_access)
+        return head
+
+
+class SplitHeadNoHits(RadixCache):
+    """adv12 #19: a split head starts with no hits (LFU frees it too early)."""
+
+    def _split(self, node, at, extra_key):
+        head = super()._split(node, at, extra_key)
+        head.hits = 0
+        return head
+
+
+class SplitHeadNoPriority(RadixCache):
+    """adv12 #20: a split head starts at the default priority 0."""
+
+    def _split(self, node, at, extra_key):
+        head = super()._split(node, at, extra_key)
+        head.priority = 0
+        return head
+
+
+class _InsertBug(RadixCache):
+    """The reference insert with its per-node update a method (`_on_path`)."""
+
+    def insert(self, tokens, extra_key=None, priority=0):
+        key, extra_key = self._aligned(_tokens(tokens, "tokens")), _extra(extra_key)
+        priority = integer(priority, "priority")
+        now = self._tick()
+        self.root.priority = max(self.root.priority, priority)
+        node, prefix = self._walk(key, extra_key, now, (lambda n: self._on_path(n, priority)) if key else None)
+        if prefix < len(key):
+            leaf = self._new_node(key[prefix:], node, priority)
+            leaf.hits = 1
+            node.children[self._child_key(extra_key, leaf.tokens)] = leaf
+            self._evictable += len(leaf.tokens)
+            node = leaf
+        self._handed.add(node.handle)
+        return {"prefix": prefix, "node": node.handle}
+
+    def _on_path(self, node, priority):
+        node.priority = max(node.priority, priority)
+        node.hits += 1
+
+
+class PriorityLeafOnly(_InsertBug):
+    """adv12 #21: an insert sets the priority of its new leaf only, not of the cached
+    nodes on its path."""
+
+    def _on_path(self, node, priority):
+        node.hits += 1
+
+
+class PriorityOverwritten(_InsertBug):
+    """adv12 #22: an insert overwrites the priority of the nodes on its path, lowering it."""
+
+    def _on_path(self, node, priority):
+        node.priority = priority
+        node.hits += 1
+
+
+class _LastNodeOnly(RadixCache):
+    """An insert whose update of `FIELD` reaches only the node it ends at."""
+
+    FIELD = ""
+
+    def insert(self, tokens, extra_key=None, priority=0):
+        saved = {h: getattr(n, self.FIELD) for h, n in self._nodes.items()}
+        out = super().insert(tokens, extra_key, priority)
+        for h, v in saved.items():
+            if h in self._nodes and h != out["node"]:
+                setattr(self._nodes[h], self.FIELD, v)
+        return out
+
+
+class InsertTouchesLastOnly(_LastNodeOnly):
+    """adv12 #23: an insert refreshes the access time of the node it ends at only (LRU):
+    the shared prefix above it ages."""
+
+    FIELD = "last_access"
+
+
+class InsertHitsLastOnly(_LastNodeOnly):
+    """adv12 #24: an insert counts a hit on the node it ends at only (LFU)."""
+
+    FIELD = "hits"
+
+
+class _TieByCreation(RadixCache):
+    """`POLICY` breaks ties by creation time instead of last access."""
+
+    POLICY = None
+
+    def evict(self, num_tokens):
+        if self.policy is not self.POLICY:
+            return super().evict(num_tokens)
+        saved = {h: n.last_access for h, n in self._nodes.items()}
+        for n in self._nodes.values():
+            n.last_access = n.created
+        try:
+            return super().evict(num_tokens)
+        finally:
+            for h, t in saved.items():
+                if h in self._nodes:
+                    self._nodes[h].last_access = t
+
+
+class PriorityTieByCreation(_TieByCreation):
+    """adv12 #25: equal priorities ordered by creation, not last access."""
+
+    POLICY = Policy.PRIORITY
+
+
+class LfuTieByCreation(_TieByCreation):
+    """adv12 (search only): equal hit counts ordered by creation, not last access."""
+
+    POLICY = Policy.LFU
+
+
+class UnlockByCount(RadixCache):
+    """adv12 (search only): unlock checks the node's lock count (raised by a lock on any
+    descendant) instead of the locks taken on that node."""
+
+    def unlock(self, node):
+        x = self._node(node)
+        if self._held.get(x.handle, 0) == 0 and x.lock_ref > 0 and x is not self.root:
+            self._held[x.handle] = 1
+        return super().unlock(node)
+
+
+class UnlockRootRefused(RadixCache):
+    """adv12 (search only): unlocking the root (what a match of nothing returns) is refused."""
+
+    def unlock(self, node):
+        if self._node(node) is self.root:
+            raise ValueError("node: the root cannot be unlocked")
+        return super().unlock(node)
+
+
+class FractionalEvict(RadixCache):
+    """adv12 #27: a float num_tokens accepted by evict (freeing until at least that many)."""
+
+    def evict(self, num_tokens):
+        if isinstance(num_tokens, float) and num_tokens >= 0:
+            return super().evict(math.ceil(num_tokens))
+        return super().evict(num_tokens)
+
+
 RADIX_BUGS = {
     "evicting a locked node": (LockedEvicted, "LockedEvicted"),
     "lock not propagated to ancestors": (LockNotPropagated, "LockedEvicted"),
@@ -134,6 +328,20 @@ RADIX_BUGS = {
     "match not truncated to pages": (MatchNotTruncated, "PageTruncation"),
     "extra key ignored": (ExtraKeyIgnored, "ExtraKey"),
     "split head loses its locks": (SplitLosesLocks, "LockCount"),
+    "split tail not touched by a match": (SplitTailNotTouched, "LruAccess"),
+    "split head keeps its tail's creation time": (SplitHeadOldCreation, "Policy"),
+    "split head keeps its tail's old access time": (SplitHeadOldAccess, "LruAccess"),
+    "split head's hit count reset": (SplitHeadNoHits, "Policy"),
+    "split head's priority reset": (SplitHeadNoPriority, "Policy"),
+    "priority raised on the new leaf only": (PriorityLeafOnly, "Policy"),
+    "priority overwritten instead of raised": (PriorityOverwritten, "Policy"),
+    "insert touches only the node it ends at": (InsertTouchesLastOnly, "LruAccess"),
+    "insert counts a hit on the node it ends at only": (InsertHitsLastOnly, "Policy"),
+    "priority ties broken by creation": (PriorityTieByCreation, "Policy"),
+    "LFU ties broken by creation": (LfuTieByCreation, "Policy"),
+    "unlock checks the lock count, not the locks taken": (UnlockByCount, "LockCount"),
+    "unlocking the root refused": (UnlockRootRefused, "LockCount"),
+    "fractional num_tokens accepted by evict": (FractionalEvict, "InvalidInput"),
 }
 
 

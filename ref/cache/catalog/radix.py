@@ -40,7 +40,8 @@ FLAGS = {
     "ExtraKey": Flag("the extra key (LoRA id, cache salt) left out of a node's key",
                      "requests of different adapters or salts share KV cache"),
     "LockCount": Flag("lock counts or the evictable/protected sizes kept wrongly (a node counted once per lock, "
-                      "a split head without its tail's count)",
+                      "a split head without its tail's count, an unlock judged by a node's count rather than the "
+                      "locks taken on it, the root's unlock refused)",
                       "the scheduler's memory accounting drifts; locked tokens are counted as evictable"),
     "Policy": Flag("an eviction policy other than the one configured (LFU, FIFO, MRU, FILO, priority)",
                    "the wrong prefixes are kept under memory pressure"),
@@ -51,6 +52,7 @@ def _traces() -> list[TraceSpec]:
     i, m, lk, ul, ev = "insert", "match_prefix", "lock", "unlock", "evict"
     es, ps = ("evictable_size", {}), ("protected_size", {})
     lru, filo = {"policy": "lru", "page_size": 1}, {"policy": "filo", "page_size": 1}
+    lfu, prio = {"policy": "lfu", "page_size": 1}, {"policy": "priority", "page_size": 1}
     return [
         TraceSpec("insert returns the length already cached; match the longest cached prefix", ("PrefixLength",),
                   ((i, {"tokens": [1, 2, 3, 4]}), (i, {"tokens": [1, 2, 3, 4, 5, 6]}),
@@ -122,6 +124,68 @@ def _traces() -> list[TraceSpec]:
                   ((i, {"tokens": [1, 2], "priority": 5}), (i, {"tokens": [3]}), (m, {"tokens": [3]}),
                    (i, {"tokens": [3, 4], "priority": 1}), (ev, {"num_tokens": 1}), (ev, {"num_tokens": 1}),
                    (ev, {"num_tokens": 1})), params={"policy": "priority", "page_size": 1}),
+        # adv12 #16: a match ending inside a node touches the tail it splits, not only the new head
+        TraceSpec("a match ending inside a node touches the tail it splits (LRU)", ("LruAccess", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3]}), (i, {"tokens": [5]}), (m, {"tokens": [1, 2]}),
+                   (ev, {"num_tokens": 1}), (ev, {"num_tokens": 1})), params=lru),
+        # adv12 #17: the split head is a new node, created at the split (FIFO frees the older [5] first)
+        TraceSpec("a split head is created at the split, not when its tail was (FIFO)", ("Policy", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3]}), (i, {"tokens": [5]}), (m, {"tokens": [1, 2]}),
+                   (ev, {"num_tokens": 1}), (ev, {"num_tokens": 1})), params={"policy": "fifo", "page_size": 1}),
+        # adv12 #18: the split head's access time is the split's, not the tail's old one
+        TraceSpec("a split head's access time is the split's, not the tail's old one (LRU)",
+                  ("LruAccess", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3]}), (i, {"tokens": [5]}), (m, {"tokens": [1, 2]}), (lk, {"node": 2}),
+                   (ev, {"num_tokens": 1}), (ul, {"node": 2}), (ev, {"num_tokens": 1})), params=lru),
+        # adv12 #19: the split head keeps its tail's hit count (not 0)
+        TraceSpec("LFU: a split head inherits its tail's hit count", ("Policy", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3]}), (i, {"tokens": [1, 2, 3]}), (i, {"tokens": [5]}),
+                   (m, {"tokens": [1, 2]}), (lk, {"node": 2}), (ev, {"num_tokens": 1}), (ul, {"node": 2}),
+                   (ev, {"num_tokens": 1})), params={"policy": "lfu", "page_size": 1}),
+        # adv12 #20: the split head keeps its tail's priority (not the default 0)
+        TraceSpec("priority: a split head inherits its tail's priority", ("Policy", "SplitOffset"),
+                  ((i, {"tokens": [1, 2, 3], "priority": 5}), (m, {"tokens": [1, 2]}),
+                   (i, {"tokens": [7], "priority": 3}), (lk, {"node": 3}), (ev, {"num_tokens": 1}),
+                   (ul, {"node": 3}), (ev, {"num_tokens": 1})), params=prio),
+        # adv12 #21: an insert raises the priority of every node on its path, not only the new leaf
+        TraceSpec("priority: an insert raises every node on its path, not only its leaf", ("Policy",),
+                  ((i, {"tokens": [1, 2]}), (i, {"tokens": [1, 2, 3], "priority": 5}),
+                   (i, {"tokens": [9], "priority": 2}), (lk, {"node": 3}), (ev, {"num_tokens": 1}),
+                   (ul, {"node": 3}), (ev, {"num_tokens": 1})), params=prio),
+        # adv12 #22: a node's priority is the max of its inserts', never overwritten by a lower one
+        TraceSpec("priority: a lower-priority insert never lowers a node's priority", ("Policy",),
+                  ((i, {"tokens": [1, 2], "priority": 5}), (i, {"tokens": [9], "priority": 2}),
+                   (i, {"tokens": [1, 2], "priority": 0}), (ev, {"num_tokens": 1})), params=prio),
+        # adv12 #23: an insert touches every node on its path (LRU), not only the node it ends at
+        TraceSpec("LRU: an insert touches every ancestor on its path, not only the node it ends at", ("LruAccess",),
+                  ((i, {"tokens": [1, 2]}), (i, {"tokens": [1, 2, 3]}), (i, {"tokens": [9]}),
+                   (i, {"tokens": [1, 2, 3]}), (lk, {"node": 3}), (ev, {"num_tokens": 1}), (ul, {"node": 3}),
+                   (ev, {"num_tokens": 1})), params=lru),
+        # adv12 #24: an insert counts a hit on every node on its path (LFU), not only the deepest
+        TraceSpec("LFU: an insert raises the hit count of every node on its path", ("Policy",),
+                  ((i, {"tokens": [1, 2]}), (i, {"tokens": [1, 2, 3]}), (i, {"tokens": [1, 2, 3]}),
+                   (i, {"tokens": [9]}), (i, {"tokens": [9]}), (lk, {"node": 3}), (ev, {"num_tokens": 1}),
+                   (ul, {"node": 3}), (ev, {"num_tokens": 1})), params=lfu),
+        # adv12 #25: equal priorities fall back to the last access, not the creation time
+        TraceSpec("priority: equal priorities fall back to last access, not creation", ("Policy",),
+                  ((i, {"tokens": [1]}), (i, {"tokens": [2]}), (m, {"tokens": [1]}), (ev, {"num_tokens": 1})),
+                  params=prio),
+        # adv12 (search only): equal hit counts fall back to the last access, not the creation time
+        TraceSpec("LFU: equal hit counts fall back to last access, not creation", ("Policy",),
+                  ((i, {"tokens": [1]}), (i, {"tokens": [2]}), (m, {"tokens": [1]}), (ev, {"num_tokens": 1})),
+                  params=lfu),
+        # adv12 (search only): the root (a match of nothing) may be locked and unlocked like any node
+        TraceSpec("the root a match of nothing returns can be locked and unlocked", ("LockCount",),
+                  ((i, {"tokens": [1, 2]}), (m, {"tokens": [5]}), (lk, {"node": 0}), es, ps, (ul, {"node": 0}),
+                   es, ps), params=lru),
+        # adv12 (search only): unlock checks the locks taken on that node, not its lock count (which a
+        # lock on a descendant raises)
+        TraceSpec("unlocking a node locked only through a descendant is refused", ("InvalidInput", "LockCount"),
+                  ((i, {"tokens": [1, 2, 3, 4]}), (m, {"tokens": [1, 2]}), (lk, {"node": 1}), (ul, {"node": 2})),
+                  params=lru, result="invalid"),
+        # adv12 #27: a float token count is refused, not truncated or compared as a float
+        TraceSpec("evicting a fractional number of tokens is refused", ("InvalidInput",),
+                  ((i, {"tokens": [1, 2]}), (ev, {"num_tokens": 1.5})), params=lru, result="invalid"),
         TraceSpec("unlocking a node that holds no lock is refused", ("InvalidInput", "LockCount"),
                   ((i, {"tokens": [1, 2]}), (ul, {"node": 1})), params=lru, result="invalid"),
         TraceSpec("locking an evicted node is refused", ("InvalidInput",),
