@@ -204,6 +204,7 @@ def test_the_default_kernel_passes_the_search():
     _default_passes(200)
 
 
+@pytest.mark.deep  # a search: how many examples it needs depends on hypothesis' version
 @pytest.mark.parametrize("name", ["hashes dropped at free", "LRU by insertion, not last use"])
 def test_a_corpus_cache_is_found_by_the_search_alone(name, tmp_path):
     import dataclasses
@@ -214,7 +215,7 @@ def test_a_corpus_cache_is_found_by_the_search_alone(name, tmp_path):
 
     op = dataclasses.replace(OPERATIONS[1], vectors=lambda: [])
     report = OpReport(op.name, op.kind.value, op.spec)
-    run_op(op, cache_hashed.HASHED_BUGS[name][2], cache_hashed.bug(name), Settings(examples=60, shrink=False, golden=tmp_path),
+    run_op(op, cache_hashed.HASHED_BUGS[name][2], cache_hashed.bug(name), Settings(examples=200, shrink=False, golden=tmp_path),
            report)
     assert report.verdict == "fail" and report.failures[0].where == "property"
 

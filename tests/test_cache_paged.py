@@ -313,9 +313,10 @@ def test_correct_twins_pass_through_renaming(twin):
 MANAGER_BUGS = {n: e for n, e in cache_paged.PAGED_BUGS.items() if e[0] == "cache.block_manager"}
 
 
+@pytest.mark.deep  # a search: how many examples it needs depends on hypothesis' version
 @pytest.mark.parametrize("name", sorted(MANAGER_BUGS))
 def test_each_wrong_manager_is_found_by_the_property_search_alone(name, tmp_path):
-    report = _judge(MANAGER_BUGS[name][2], examples=60, golden=tmp_path)
+    report = _judge(MANAGER_BUGS[name][2], examples=200, golden=tmp_path)
     assert report.vectors_run == 0 and report.verdict == "fail", name
     assert [f.where for f in report.failures] == ["property"]
 
