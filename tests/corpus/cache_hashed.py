@@ -70,6 +70,23 @@ def _pickle_protocol_4(parent, tokens, lora_name=None, lora_path=None, cache_sal
     return np.frombuffer(hashlib.sha256(pickle.dumps(triple, protocol=4)).digest(), np.uint8).copy()
 
 
+def _lora_empty_path_dropped(parent, tokens, lora_name=None, lora_path=None, cache_salt=None, mm_ids=None,
+                             mm_offsets=None, *, hash_function="sha256_cbor"):
+    """A LoRA named without a path keyed ("lora", name), the empty path dropped (adv12 #4)."""
+    out = P.block_hash(parent, tokens, lora_name, lora_path, cache_salt, mm_ids, mm_offsets,
+                       hash_function=hash_function)  # the checks, and every other case as it is
+    text = lambda a: "" if a is None else bytes(np.asarray(a)).decode()  # noqa: E731
+    name, path = text(lora_name), text(lora_path)
+    if not name or path:
+        return out
+    first = np.asarray(parent).size == 0
+    mm = [] if mm_ids is None else [(bytes(r).decode(), int(o)) for r, o in zip(np.asarray(mm_ids), mm_offsets)]
+    keys = P.keys_for(first, (name,), mm, text(cache_salt))
+    prev = P.digest(P.SEED, hash_function) if first else bytes(np.asarray(parent))
+    triple = (prev, tuple(int(t) for t in np.asarray(tokens)), keys)
+    return np.frombuffer(P.digest(triple, hash_function), np.uint8).copy()
+
+
 # ------------------------------------------------------------------ prefix_blocks
 
 class PartialBlockCached(P.PrefixCache):
@@ -175,6 +192,105 @@ class IgnoresExtraKeys(P.PrefixCache):
         return super()._chain(tokens, None, None)
 
 
+class HitNewestCopy(P.PrefixCache):
+    """A hit returns the newest block holding a hash, not the first cached (adv12 #5)."""
+
+    def _hit(self, chain, n):
+        got = []
+        for h in chain[:(n - 1) // self.B if n else 0]:
+            if h not in self.by_hash:
+                break
+            got.append(self.by_hash[h][-1])
+        return got
+
+
+class DuplicateNotRegistered(P.PrefixCache):
+    """A block whose hash is already cached is not registered: it never hits (adv12, search only)."""
+
+    def _store(self, r):
+        for i in range(r["cached"], min(len(r["tokens"]) // self.B, len(r["blocks"]))):
+            b = r["blocks"][i]
+            if b not in self.block_hash and r["chain"][i] not in self.by_hash:
+                self.block_hash[b] = r["chain"][i]
+                self.by_hash.setdefault(r["chain"][i], []).append(b)
+            r["cached"] = i + 1
+
+
+class SaltDroppedWithLora(P.PrefixCache):
+    """The cache salt left out of the first block's keys when a LoRA is present (adv12 #6)."""
+
+    def _chain(self, tokens, lora, salt):
+        return super()._chain(tokens, lora, None if lora else salt)
+
+
+class DecodeBlocksUnsalted(P.PrefixCache):
+    """Blocks filled by append hashed without the request's salt (adv12 #7)."""
+
+    _old = None
+
+    def _chain(self, tokens, lora, salt):
+        if self._old is None:
+            return super()._chain(tokens, lora, salt)
+        return self._old + super()._chain(tokens, lora, None)[len(self._old):]
+
+    def append(self, request_id, tokens):
+        r = self.reqs.get(request_id)
+        self._old = list(r["chain"]) if r else None
+        try:
+            return super().append(request_id, tokens)
+        finally:
+            self._old = None
+
+
+class NumFreeWithoutCached(P.PrefixCache):
+    """num_free leaves out the freed blocks still holding a hash (adv12 #8)."""
+
+    def num_free(self):
+        return sum(b not in self.block_hash for b in self.free_q)
+
+
+class LoraPathWithoutName(P.PrefixCache):
+    """A LoRA path without a name accepted (and ignored) (adv12 #9)."""
+
+    @staticmethod
+    def _check(tokens, *texts):
+        if len(texts) > 1 and not texts[0] and type(texts[1]) is str:
+            texts = (texts[0], None) + texts[2:]
+        P.PrefixCache._check(tokens, *texts)
+
+
+class EmptyPromptAccepted(P.PrefixCache):
+    """An empty prompt accepted as a request with no blocks (adv12 #10)."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        if tokens == [] and type(request_id) is str and request_id not in self.reqs:
+            self._check(tokens, lora_name, lora_path, cache_salt)
+            self.reqs[request_id] = {"tokens": [], "blocks": [], "chain": [], "cached": 0,
+                                     "lora": (lora_name, lora_path or "") if lora_name else None, "salt": cache_salt}
+            return {"hit_tokens": 0, "blocks": [], "evicted": []}
+        return super().allocate(request_id, tokens, lora_name, lora_path, cache_salt)
+
+
+class AppendCapacityOffByOne(P.PrefixCache):
+    """append's capacity check one block short: an append one block past the pool is accepted, its table
+    a block short (adv12, search only)."""
+
+    def append(self, request_id, tokens):
+        self._check(tokens)
+        if request_id not in self.reqs:
+            raise ValueError("request_id: unknown")
+        r = self.reqs[request_id]
+        need = (len(r["tokens"]) + len(tokens) + self.B - 1) // self.B - len(r["blocks"])
+        if need > len(self.free_q) + 1:
+            raise ValueError("tokens: not enough free blocks")
+        new, gone = self._take(min(need, len(self.free_q)))
+        r["tokens"] += tokens
+        r["blocks"] += new
+        r["chain"] = self._chain(r["tokens"], r["lora"], r["salt"])
+        self._store(r)
+        return {"blocks": new, "evicted": gone}
+
+
 H, C = "cache.block_hash", "cache.prefix_blocks"
 HASHED_BUGS = {
     "unchained block hash": (H, "HashChain", _unchained),
@@ -190,6 +306,16 @@ HASHED_BUGS = {
     "LRU by insertion, not last use": (C, "EvictionOrder", InsertionLru),
     "freed head first": (C, "EvictionOrder", HeadFirstFree),
     "hashes dropped at free": (C, "LazyEviction", EagerEviction),
+    # closed from the cache adversary's report (adv12)
+    "LoRA name with an empty path dropped from the key": (H, "ExtraKeys", _lora_empty_path_dropped),
+    "hit on the newest block holding a hash": (C, "HashChain", HitNewestCopy),
+    "duplicate-hash block not registered": (C, "HashChain", DuplicateNotRegistered),
+    "cache salt dropped with a LoRA": (C, "ExtraKeys", SaltDroppedWithLora),
+    "decode-filled blocks hashed without the salt": (C, "ExtraKeys", DecodeBlocksUnsalted),
+    "num_free without the freed cached blocks": (C, "LazyEviction", NumFreeWithoutCached),
+    "LoRA path without a name accepted": (C, "InvalidInput", LoraPathWithoutName),
+    "empty prompt accepted": (C, "InvalidInput", EmptyPromptAccepted),
+    "append capacity check off by one": (C, "InvalidInput", AppendCapacityOffByOne),
 }
 
 

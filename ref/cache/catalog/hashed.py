@@ -93,6 +93,9 @@ def _hash_vectors() -> list[VectorSpec]:
         bad("float tokens are rejected", Case({"parent": EMPTY, "tokens": toks.astype(np.float64)},
                                               {"hash_function": fn}))
         bad("a LoRA path without a name is rejected", _case(EMPTY, toks, fn, lora_path=_utf8("/p")))
+        # adv12 #4: a LoRA named without a path is keyed ("lora", name, ""), the empty path kept
+        v("a LoRA name with an empty path keeps the path in the key", ("ExtraKeys",),
+          _case(EMPTY, [1, 2, 3, 4], fn, lora_name=_utf8("a")))
         bad("mm offsets not matching the ids are rejected",
             _case(EMPTY, toks, fn, mm_ids=_utf8("img-aaaa")[None], mm_offsets=np.int64([1, 2])))
     return specs
@@ -169,6 +172,31 @@ def _traces() -> list[TraceSpec]:
         TraceSpec("CBOR hashes show in the evicted hashes", ("Serialisation", "NoneHash", "ExtraKeys"),
                   ((A, {"request_id": "a", "tokens": _p(8), "cache_salt": "x"}), (F, {"request_id": "a"}),
                    (A, {"request_id": "b", "tokens": _p(12, 9)})), params={"num_blocks": 4}),
+        # adv12 #5: a 2B prompt allocated twice recomputes its last full block, so two blocks hold one
+        # hash; a hit must return the first cached (vLLM's cached_block_hash_to_block takes the first)
+        TraceSpec("two blocks hold one hash (a 2B prompt recomputes its last full block): a hit returns the first cached", ("HashChain",),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (A, {"request_id": "b", "tokens": _p(8)}),
+                   (L, {"tokens": _p(9)}), (F, {"request_id": "a"}), (F, {"request_id": "b"}),
+                   (L, {"tokens": _p(9)}))),
+        # adv12 (search only): the duplicate block must be registered too, so it still hits once the
+        # first holder of the hash is evicted
+        TraceSpec("a second block with a cached hash is registered: it hits after the first is evicted",
+                  ("HashChain", "LazyEviction"),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (A, {"request_id": "b", "tokens": _p(8)}),
+                   (F, {"request_id": "a"}), (A, {"request_id": "c", "tokens": _p(8, 50)}),
+                   (L, {"tokens": _p(9)})), params={"num_blocks": 5}),
+        # adv12 #6: the salt is added to the first block's keys with or without a LoRA adapter
+        TraceSpec("the cache salt isolates a LoRA request too", ("ExtraKeys",),
+                  ((A, {"request_id": "a", "tokens": _p(8), "lora_name": "L", "lora_path": "/p", "cache_salt": "s1"}),
+                   (L, {"tokens": _p(9), "lora_name": "L", "lora_path": "/p", "cache_salt": "s2"}),
+                   (L, {"tokens": _p(9), "lora_name": "L", "lora_path": "/p", "cache_salt": "s1"}))),
+        # adv12 #7: a block filled by append is hashed with the request's own salt (and LoRA)
+        TraceSpec("a block filled by decode is hashed under the request's salt", ("ExtraKeys", "HashChain"),
+                  ((A, {"request_id": "a", "tokens": _p(6), "cache_salt": "s"}), (P, {"request_id": "a", "tokens": [6, 7]}),
+                   (L, {"tokens": _p(9), "cache_salt": "s"}))),
+        # adv12 #8: num_free counts freed cached blocks (they stay in the free queue, evicted lazily)
+        TraceSpec("freed cached blocks still count as free (they are reused lazily)", ("LazyEviction",),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (F, {"request_id": "a"}), (N, {}))),
         TraceSpec("more blocks than are free is refused", ("InvalidInput",),
                   ((A, {"request_id": "a", "tokens": _p(20)}), (A, {"request_id": "b", "tokens": _p(13, 50)})),
                   result="invalid"),
@@ -177,6 +205,15 @@ def _traces() -> list[TraceSpec]:
                   result="invalid"),
         TraceSpec("a pool of only the null block is refused", ("InvalidInput",), (), params={"num_blocks": 1},
                   result="invalid"),
+        # adv12 #9, #10: a LoRA path without a name, an empty prompt
+        TraceSpec("a LoRA path without a name is refused", ("InvalidInput",),
+                  ((A, {"request_id": "a", "tokens": _p(5), "lora_path": "/p"}),), result="invalid"),
+        TraceSpec("an empty prompt is refused", ("InvalidInput",), ((A, {"request_id": "a", "tokens": []}),),
+                  result="invalid"),
+        # adv12 (search only): append needing one block more than are free is refused
+        TraceSpec("an append needing one block more than are free is refused", ("InvalidInput",),
+                  ((A, {"request_id": "a", "tokens": _p(4)}), (A, {"request_id": "b", "tokens": _p(4, 50)}),
+                   (P, {"request_id": "a", "tokens": _p(5, 4)})), params={"num_blocks": 4}, result="invalid"),
     ]
 
 
