@@ -34,6 +34,21 @@ def _slots(slot):
     return kernel
 
 
+def _slot_negative_wraps(row, pos, block_size):
+    """adv12 #1: no check that pos >= 0: pos // B = -1 reads the table's last column (Python's index -1)."""
+    column = pos // block_size
+    if column >= len(row) or row[column] < 0:
+        raise ValueError(f"position {pos} outside the table or in an unallocated block")
+    return int(row[column]) * block_size + pos % block_size
+
+
+def _bools_as_ints(block_tables, seq_ids, positions, *, block_size):
+    """adv12 #2: bool arrays taken as integers (True as block, sequence or position 1)."""
+    ints = [np.asarray(x).astype(np.int64) if np.asarray(x).dtype == bool else x
+            for x in (block_tables, seq_ids, positions)]
+    return P.slot_mapping(*ints, block_size=block_size)
+
+
 def _padding_mapped(block_tables, seq_ids, positions, *, block_size):
     """seq id -1 read as Python's last table row: padding gets a real slot."""
     seqs = np.asarray(seq_ids)
@@ -61,6 +76,17 @@ def _cache(swap=None, place=P.token_place):
         return P.reshape_and_cache(key, value, slots, key_cache, value_cache, kv_cache, layout=layout, place=place,
                                    layouts=layouts)
     return kernel
+
+
+def _value_blocks_unchecked(key, value, slots, key_cache=None, value_cache=None, kv_cache=None, *, layout="vllm"):
+    """adv12 #3: the value cache checked only against V, not against the key cache's blocks: V written by the key
+    cache's geometry into a value cache with more blocks."""
+    if layout == "vllm" and value_cache is not None and key_cache is not None:
+        extra = np.asarray(value_cache)[np.asarray(key_cache).shape[0]:]
+        k_out, v_out = P.reshape_and_cache(key, value, slots, key_cache, np.asarray(value_cache)[:len(key_cache)],
+                                           layout=layout)
+        return k_out, np.concatenate([v_out, extra])
+    return P.reshape_and_cache(key, value, slots, key_cache, value_cache, kv_cache, layout=layout)
 
 
 # ------------------------------------------------------------------ paged_kv_indices
@@ -111,6 +137,59 @@ class NullHandedOut(P.BlockManager):
         self.null_block = null_block
 
 
+class ForkCreatesParent(P.BlockManager):
+    """adv12 #13: a fork from an unknown parent creates it, empty, instead of refusing."""
+
+    def fork(self, parent, child):
+        if parent not in self.tables:
+            self.tables[parent], self.lengths[parent] = [], 0
+        return super().fork(parent, child)
+
+
+class ForkOntoItself(P.BlockManager):
+    """adv12 #14: fork(s, s) not refused: every block of s gains a reference no sequence holds."""
+
+    def fork(self, parent, child):
+        if child != parent:
+            return super().fork(parent, child)
+        self._check(parent, True)
+        self.refs[self.tables[parent]] += 1
+        return list(self.tables[parent])
+
+
+class CowOnEmptyAppend(P.BlockManager):
+    """adv12 (search only): an append of 0 tokens copies a shared partial last block all the same."""
+
+    def append(self, seq, tokens):
+        self._check(seq, True)
+        table, length = self.tables[seq], self.lengths[seq]
+        if tokens == 0 and length % self.block_size and self.refs[table[-1]] > 1:
+            return {"new": [], "copies": self.copy_on_write(table)}
+        return super().append(seq, tokens)
+
+
+class CowOnlyForChild(P.BlockManager):
+    """adv12 (search only): copy-on-write only for a fork's child; the parent appends into the shared block."""
+
+    children: frozenset = frozenset()
+
+    def fork(self, parent, child):
+        self.children = self.children | {child}
+        return super().fork(parent, child)
+
+    def copy_on_write(self, table):
+        return super().copy_on_write(table) if any(t is table for s, t in self.tables.items()
+                                                   if s in self.children) else []
+
+
+class NullForEmpty(P.BlockManager):
+    """adv12 (search only): a sequence of 0 tokens reported as holding the null block."""
+
+    def add_sequence(self, seq, tokens):
+        out = super().add_sequence(seq, tokens)
+        return [0] if tokens == 0 and self.null_block else out
+
+
 PAGED_BUGS = {
     "slot off by one": ("cache.slot_mapping", "SlotOffset", _slots(_slot_off_by_one)),
     "slots in int32": ("cache.slot_mapping", "Int32Slots", _slots(_slot_int32)),
@@ -123,6 +202,16 @@ PAGED_BUGS = {
     "CoW not done (write into a shared block)": ("cache.block_manager", "CopyOnWrite", NoCow),
     "refcount not decremented on free": ("cache.block_manager", "RefCount", FreeKeepsReferences),
     "null block handed out": ("cache.block_manager", "NullBlock", NullHandedOut),
+    "negative position wraps to the last column": ("cache.slot_mapping", "InvalidInput",
+                                                   _slots(_slot_negative_wraps)),
+    "bool tables, ids or positions accepted": ("cache.slot_mapping", "InvalidInput", _bools_as_ints),
+    "value cache blocks not checked against the key cache": ("cache.reshape_and_cache", "InvalidInput",
+                                                             _value_blocks_unchecked),
+    "fork from an unknown parent creates it": ("cache.block_manager", "InvalidInput", ForkCreatesParent),
+    "fork onto itself accepted": ("cache.block_manager", "InvalidInput", ForkOntoItself),
+    "CoW on an append of 0 tokens": ("cache.block_manager", "CopyOnWrite", CowOnEmptyAppend),
+    "CoW only for the fork's child": ("cache.block_manager", "CopyOnWrite", CowOnlyForChild),
+    "null block as a 0-token sequence's table": ("cache.block_manager", "NullBlock", NullForEmpty),
 }
 
 

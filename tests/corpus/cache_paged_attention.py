@@ -37,12 +37,22 @@ PAGED_ATTENTION_BUGS = {
     "every query of a chunk at the last position": ("CausalAlignment", {"decode positions"}),
     # Query head h reads KV head h % Hkv instead of h // (Hq / Hkv).
     "GQA head mapping interleaved": ("GroupMapping", {"interleaved"}),
+    # adv12 #28: the default scale from the value head dim, 1/sqrt(Dv) (the same as 1/sqrt(D) when Dv == D).
+    "default scale 1/sqrt(Dv)": ("Scale", {"scale from Dv"}),
+    # adv12 #29: block id -1 where a token lives not refused: NumPy reads the pool's last block.
+    "block -1 read as the last block": ("InvalidInput", {"negative block wraps"}),
+    # adv12 #30: K and V cached by block id within a call, as many keys as the first sequence reading it used: a
+    # block that is one sequence's partial last block and another's full block loses the second's keys.
+    "K/V cached per block id within a call": ("BlockTable", {"block memo"}),
 }
 
 
 def _kernel(bugs: frozenset[str], precision: str = "float32"):
     def kernel(q, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q, scale=None, causal=True):
-        product.paged_attention(q, key_cache, value_cache, block_tables, seq_lens, cu_seqlens_q,
+        checked = block_tables
+        if "negative block wraps" in bugs:
+            checked = np.asarray(block_tables) % np.asarray(key_cache).shape[0]
+        product.paged_attention(q, key_cache, value_cache, checked, seq_lens, cu_seqlens_q,
                                 scale=scale, causal=causal)  # the product's checks
         low = (lambda x: round_to(np.asarray(x, np.float64), precision).astype(_F32))
         q, kc, vc = low(q), low(key_cache), low(value_cache)
@@ -50,7 +60,9 @@ def _kernel(bugs: frozenset[str], precision: str = "float32"):
         size, hkv, d = kc.shape[1:]
         hq = q.shape[1]
         g = hq // hkv
-        scale = _F32(1 / math.sqrt(d) if scale is None else scale)
+        default = vc.shape[3] if "scale from Dv" in bugs else d
+        scale = _F32(1 / math.sqrt(default) if scale is None else scale)
+        memo = {}  # block id -> keys read from it by the first sequence reading it
         out = np.zeros((q.shape[0], hq, vc.shape[3]), _F32)
         lse = np.zeros((hq, q.shape[0]), _F32)
         for s in range(lens.size):
@@ -60,6 +72,10 @@ def _kernel(bugs: frozenset[str], precision: str = "float32"):
             if "table width" in bugs:
                 n = tables.shape[1] * size
             pos = np.arange(n)
+            if "block memo" in bugs:
+                pos = np.concatenate([j * size + np.arange(min(memo.setdefault(int(tables[s, j]), m), m))
+                                      for j, m in enumerate(np.minimum(n - size * np.arange(-(-n // size)), size))]
+                                     or [np.zeros(0, np.int64)])
             entry = np.minimum(pos // size + ("block off by one" in bugs), tables.shape[1] - 1)
             blocks = tables[s, entry]
             k, v = kc[blocks, pos % size], vc[blocks, pos % size]  # [n, Hkv, D], [n, Hkv, Dv]
@@ -69,7 +85,7 @@ def _kernel(bugs: frozenset[str], precision: str = "float32"):
                 qpos = np.arange(nq)
             if "decode positions" in bugs:
                 qpos = np.full(nq, n - 1)
-            ok = (pos[None, :] <= qpos[:, None]) if causal else np.ones((nq, n), bool)  # [nq, n]
+            ok = (pos[None, :] <= qpos[:, None]) if causal else np.ones((nq, pos.size), bool)  # [nq, n]
             for h in range(hq):
                 kv = h % hkv if "interleaved" in bugs else h // g
                 with np.errstate(invalid="ignore", over="ignore", divide="ignore"):

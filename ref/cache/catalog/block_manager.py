@@ -70,6 +70,20 @@ def _traces() -> list[TraceSpec]:
                   ((A, {"seq": 0, "tokens": 8}), (F, {"parent": 0, "child": 1}), (F, {"parent": 1, "child": 2}),
                    (X, {"seq": 0}), (C, {}), (X, {"seq": 2}), (C, {}), (X, {"seq": 1}), (C, {})),
                   {**b4, "num_blocks": 3}),
+        # adv12 (search only): an append of 0 tokens writes nothing, so a shared partial last block is not copied
+        TraceSpec("appending 0 tokens to a shared partial last block copies nothing", ("CopyOnWrite",),
+                  ((A, {"seq": 0, "tokens": 6}), (F, {"parent": 0, "child": 1}), (P, {"seq": 1, "tokens": 0}),
+                   (T, {"seq": 1}), (C, {})), {**b4, "num_blocks": 4}),
+        # adv12 (search only): the fork's parent copies too when it appends first (not only the fork's child)
+        TraceSpec("the fork's parent appending first to the shared partial last block copies it", ("CopyOnWrite",),
+                  ((A, {"seq": 0, "tokens": 6}), (F, {"parent": 0, "child": 1}), (P, {"seq": 0, "tokens": 1}),
+                   (T, {"seq": 0}), (T, {"seq": 1}), (C, {}), (P, {"seq": 1, "tokens": 1}), (C, {})),
+                  {**b4, "num_blocks": 6}),
+        # adv12 (search only): a sequence of 0 tokens holds no block, the null block included
+        TraceSpec("with the null block reserved, a sequence of 0 tokens gets an empty table, not the null block",
+                  ("NullBlock", "Capacity"),
+                  ((N, {}), (A, {"seq": 0, "tokens": 0}), (T, {"seq": 0}), (C, {}), (P, {"seq": 0, "tokens": 1}),
+                   (T, {"seq": 0}), (C, {})), {**b4, "num_blocks": 4, "null_block": True}),
         TraceSpec("the null block is reserved: 3 of 4 blocks usable", ("NullBlock", "Capacity"),
                   ((N, {}), (C, {}), (A, {"seq": 0, "tokens": 12}), (T, {"seq": 0}), (C, {})),
                   {**b4, "num_blocks": 4, "null_block": True}),
@@ -82,6 +96,12 @@ def _traces() -> list[TraceSpec]:
         TraceSpec("a fork onto an existing sequence is refused", (INVALID_INPUT, "RefCount"),
                   ((A, {"seq": 0, "tokens": 1}), (A, {"seq": 1, "tokens": 1}), (F, {"parent": 0, "child": 1})),
                   {**b4, "num_blocks": 4}, "invalid"),
+        # adv12 #13: a fork from an unknown parent must not create the parent (empty) and share nothing
+        TraceSpec("a fork from an unknown parent is refused", (INVALID_INPUT,),
+                  ((A, {"seq": 0, "tokens": 0}), (F, {"parent": 7, "child": 1})), {**b4, "num_blocks": 4}, "invalid"),
+        # adv12 #14: a fork onto itself (child == parent, an existing sequence) must be refused, not double its counts
+        TraceSpec("a fork of a sequence onto itself is refused", (INVALID_INPUT, "RefCount"),
+                  ((A, {"seq": 0, "tokens": 0}), (F, {"parent": 0, "child": 0})), {**b4, "num_blocks": 4}, "invalid"),
         TraceSpec("a double free is refused", (INVALID_INPUT, "RefCount"),
                   ((A, {"seq": 0, "tokens": 1}), (X, {"seq": 0}), (X, {"seq": 0})), {**b4, "num_blocks": 4},
                   "invalid"),
@@ -101,7 +121,7 @@ _DRAW = st.tuples(st.integers(0, 6), st.integers(0, 7), st.integers(0, 9))
 
 def step(manager: BlockManager, draw: tuple[int, int, int]) -> tuple[str, dict]:
     """The next step, mostly valid: existing sequences appended, forked and freed, new
-    ones added; now and then an unknown sequence or more tokens than fit."""
+    ones added; now and then an unknown sequence, a fork onto itself, or more tokens than fit."""
     which, pick, tokens = draw
     live = sorted(manager.sequences())  # sequence ids in use
     old = live[pick % len(live)] if live else pick
@@ -112,7 +132,9 @@ def step(manager: BlockManager, draw: tuple[int, int, int]) -> tuple[str, dict]:
         return A, {"seq": new if which or pick % 5 else old, "tokens": tokens}
     if which == 1:
         return P, {"seq": old, "tokens": tokens if pick % 4 else 0}
-    if which == 2:
+    if which == 2:  # now and then a fork from an unknown parent, or onto itself (refused)
+        if tokens == 9:
+            return F, {"parent": new, "child": new + 1} if pick % 2 else {"parent": old, "child": old}
         return F, {"parent": old, "child": new}
     if which == 3:
         return X, {"seq": old if pick % 6 else new}

@@ -90,6 +90,14 @@ def _slot_vectors() -> list[VectorSpec]:
         {**_ints(block_tables=tables, seq_ids=[0]), "positions": np.array([1.0])}, 16, "invalid")
     add("a block size of 0 is rejected", [INVALID_INPUT], _ints(block_tables=tables, seq_ids=[0], positions=[0]),
         0, "invalid")
+    # adv12 #1: with every column allocated, position -1 read as Python's index -1 (pos // B = -1) lands in the
+    # last column's block (slot 5 * 16 + 15) instead of being refused; the vector above has -1 in its last column
+    add("a negative position is rejected when the table's last column is allocated (no wrap to it)",
+        [INVALID_INPUT], _ints(block_tables=[[7, 2, 5]], seq_ids=[0], positions=[-1]), 16, "invalid")
+    # adv12 #2: bool arrays are not integer ids (True read as block 1 / sequence 1 / position 1)
+    one = _ints(block_tables=[[7, 2, 5]], seq_ids=[0], positions=[1])
+    for name, flags in (("block_tables", [[True, False, True]]), ("seq_ids", [False]), ("positions", [True])):
+        add(f"bool {name} are rejected (TypeError)", [INVALID_INPUT], {**one, name: np.array(flags)}, 16, "invalid")
     return out
 
 
@@ -192,6 +200,10 @@ def _cache_vectors() -> list[VectorSpec]:
             Case({k: v for k, v in vllm.inputs.items() if k != "value_cache"}, vllm.params))
     refused("key of another dtype than the cache is rejected (TypeError)",
         Case({**vllm.inputs, "key": vllm.inputs["key"].astype(np.float32)}, vllm.params))
+    # adv12 #3: the value cache's blocks, B and Hkv checked against the key cache's (here 5 blocks beside 4: a
+    # kernel checking only each cache against its own K or V accepts it, writing V by the key cache's geometry)
+    refused("a value_cache of 5 blocks beside a key_cache of 4 is rejected (vllm)",
+            Case({**vllm.inputs, "value_cache": _fill(rng, (5, 4, 2, 8), "float16", nan_sentinel=True)}, vllm.params))
     return out
 
 

@@ -141,6 +141,23 @@ def _vectors() -> Vectors:
     bad(lambda x: {"block_tables": x["block_tables"].astype(np.float32)}, "float block tables")
     bad(lambda x: {"q": grid(rng, (3, 3, 8))}, "3 query heads over 2 KV heads")
     bad(lambda x: {"key_cache": np.zeros(x["key_cache"].shape, np.int32)}, "an integer key cache")
+    # adv12 #29: block id -1 where a token lives is refused (read as Python's last block it gives a finite answer)
+    bad(lambda x: {"block_tables": np.where(np.arange(x["block_tables"].shape[1]) == 0, -1,
+                                            x["block_tables"]).astype(np.int32)},
+        "block id -1 in a position holding tokens")
+    # adv12 #28: the default scale is 1/sqrt(D), the query/key head dim, not 1/sqrt(Dv)
+    add("default scale with value dim 3 beside head dim 8: 1/sqrt(D), not 1/sqrt(Dv)", ["Scale", "HeadDim"],
+        case([19, 30], [1, 2], 4, 2, 8, 16, dv=3))
+    # adv12 #30: block 1 is sequence 0's partial last block (2 tokens) and sequence 1's full first block: a kernel
+    # caching a block's K/V by id within a call reuses sequence 0's 2 keys for sequence 1's 4
+    shared = case([5], [1], 2, 1, 8, 4)  # block table [b1, b2, pad]: b1 full, b2 holds 1 token
+    tables = np.zeros((2, 2), np.int32)
+    tables[0, 0] = tables[1, 0] = shared["block_tables"][0, 0]
+    tables[1, 1] = shared["block_tables"][0, 1]
+    add("one block is one sequence's partial last block (2 tokens) and another's full first block, B = 4",
+        ["BlockTable", "PagedLength"], {**shared, "q": grid(rng, (2, 2, 8)), "block_tables": tables,
+                                        "seq_lens": np.array([2, 5], np.int32),
+                                        "cu_seqlens_q": np.array([0, 1, 2], np.int32)})
     return v
 
 
