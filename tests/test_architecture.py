@@ -158,3 +158,16 @@ def test_the_default_implementation_is_not_built_from_the_oracles(kernels):
     imported = [name for name, _, _ in _imports(ast.parse(path.read_text()), f"ref.conformance.adapters.{kernels}",
                                                 False)]
     assert imported and not [name for name in imported if name.startswith("ref")], imported
+
+
+def test_gather_refuses_a_flag_two_modules_explain_differently():
+    from types import SimpleNamespace
+
+    from ref.testing.catalog_types import Flag, gather
+
+    a = SimpleNamespace(__name__="a", OPERATIONS=[1], FLAGS={"X": Flag("bug", "effect")})
+    same = SimpleNamespace(__name__="b", OPERATIONS=[2], FLAGS={"X": Flag("bug", "effect")})
+    other = SimpleNamespace(__name__="c", OPERATIONS=[], FLAGS={"X": Flag("another bug", "effect")})
+    assert gather("area", (a, same), {}) == ([1, 2], {"X": Flag("bug", "effect")})
+    with pytest.raises(ValueError, match="'X' is explained twice, differently \\(c\\)"):
+        gather("area", (a, other), {})

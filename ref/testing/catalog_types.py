@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from ref.testing.bounded import Bound, compare_bounded, compare_bounded_parts
 from ref.testing.compare import Comparison
 
-__all__ = ["Area", "BoundedOp", "ExactOp", "Flag", "Kind", "Operation", "Variant", "VariantValue", "seed_for"]
+__all__ = ["Area", "BoundedOp", "ExactOp", "Flag", "Kind", "Operation", "Variant", "VariantValue", "gather", "seed_for"]
 
 VariantValue = Union[str, bool, int]
 
@@ -220,3 +220,17 @@ class Area:
 def seed_for(name: str) -> int:
     """A stable 32-bit seed derived from a name (CRC-32 of its UTF-8 bytes)."""
     return zlib.crc32(name.encode())
+
+
+def gather(area: str, modules: Iterable[Any], common: Mapping[str, Flag]) -> tuple[list[Operation], dict[str, Flag]]:
+    """An area catalog package's OPERATIONS and FLAGS from its technique modules, in order:
+    every module's operations, and `common` plus every module's flags, a flag two
+    modules explain differently being an error (a later text must not silently win)."""
+    operations: list[Operation] = []
+    flags = dict(common)
+    for module in modules:
+        operations += module.OPERATIONS
+        for name, note in module.FLAGS.items():
+            if flags.setdefault(name, note) != note:
+                raise ValueError(f"{area} catalog: flag {name!r} is explained twice, differently ({module.__name__})")
+    return operations, flags

@@ -2,13 +2,9 @@
 (one module per technique: params, weights, kv, flops, serving)."""
 
 from ref.roofline.catalog import flops, kv, params, serving, weights
+from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
 MODULES = (params, weights, kv, flops, serving)
 
-OPERATIONS = [op for module in MODULES for op in module.OPERATIONS]
-FLAGS = dict(COMMON)
-for _module in MODULES:
-    for _flag, _note in _module.FLAGS.items():
-        if FLAGS.setdefault(_flag, _note) != _note:  # a flag two modules explain differently
-            raise ValueError(f"roofline catalog: flag {_flag!r} is explained twice, differently ({_module.__name__})")
+OPERATIONS, FLAGS = gather("roofline", MODULES, COMMON)
