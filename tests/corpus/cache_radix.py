@@ -81,10 +81,15 @@ class SplitOffByOne(RadixCache):
             node, at, extra_key)
 
 
-class LruByInsertion(RadixCache):
-    """LRU ordered by creation time: a match does not refresh a node."""
+class _TieByCreation(RadixCache):
+    """Under `POLICY`, eviction reads each node's creation time where it should read its
+    last access (LRU ordered by insertion; priority and LFU ties broken by creation)."""
+
+    POLICY = None
 
     def evict(self, num_tokens):
+        if self.policy is not self.POLICY:
+            return super().evict(num_tokens)
         saved = {h: n.last_access for h, n in self._nodes.items()}
         for n in self._nodes.values():
             n.last_access = n.created
@@ -94,6 +99,12 @@ class LruByInsertion(RadixCache):
             for h, t in saved.items():
                 if h in self._nodes:
                     self._nodes[h].last_access = t
+
+
+class LruByInsertion(_TieByCreation):
+    """LRU ordered by creation time: a match does not refresh a node."""
+
+    POLICY = Policy.LRU
 
 
 class MatchNotTruncated(RadixCache):
@@ -257,25 +268,6 @@ class InsertHitsLastOnly(_LastNodeOnly):
     """adv12 #24: an insert counts a hit on the node it ends at only (LFU)."""
 
     FIELD = "hits"
-
-
-class _TieByCreation(RadixCache):
-    """`POLICY` breaks ties by creation time instead of last access."""
-
-    POLICY = None
-
-    def evict(self, num_tokens):
-        if self.policy is not self.POLICY:
-            return super().evict(num_tokens)
-        saved = {h: n.last_access for h, n in self._nodes.items()}
-        for n in self._nodes.values():
-            n.last_access = n.created
-        try:
-            return super().evict(num_tokens)
-        finally:
-            for h, t in saved.items():
-                if h in self._nodes:
-                    self._nodes[h].last_access = t
 
 
 class PriorityTieByCreation(_TieByCreation):
