@@ -21,7 +21,7 @@ from ref.conformance.runner import Settings
 from ref.testing.renaming import Renaming
 from ref.testing.stateful import (SCHEMA, StatefulOp, TraceSpec, build_traces, check_trace_document,
                                   load_traces, trace_document, traces_from_document)
-from stand_ins.block_pool import BLOCK_POOL, BUGS, CORRECT, SEARCH_ONLY_BUGS, BlockPool
+from stand_ins.block_pool import BLOCK_POOL, BUGS, CORRECT, BlockPool
 
 IMPL = Implementation("stand-in", {})
 TRACES_ONLY = Settings(examples=0)
@@ -39,7 +39,8 @@ FIRST_STEP = {"double_free": ("trace 6", "step 3: free(ids=[0])"),
               "off_by_one": ("trace 1", "step 3: allocate(n=2)"),
               "leak": ("trace 1", "step 6: num_free()"),
               "live_id": ("trace 5", "step 3: allocate(n=1)"),
-              "stale_count": ("trace 1", "step 6: num_free()")}
+              "stale_count": ("trace 1", "step 6: num_free()"),
+              "partial_allocate": ("trace 9", "step 3: num_free()")}
 
 
 @pytest.mark.parametrize("bug", sorted(BUGS))
@@ -63,11 +64,12 @@ def test_each_bug_is_found_by_the_property_search_alone(bug):
     assert f"first divergence at step {steps}:" in failure.detail
 
 
-def test_a_refusal_that_changes_state_is_found_by_the_search():
-    bug = SEARCH_ONLY_BUGS["partial_allocate"]
-    assert judge(bug).verdict == "pass"  # every golden trace ends at its refusal
-    [failure] = judge(bug, op=NO_TRACES, settings=Settings(examples=30)).failures
-    assert "-> refused (ValueError)" in failure.detail
+def test_a_refusal_that_changes_state_diverges_at_the_next_step():
+    """The trace goes on after a refused step: the candidate refused too (as it
+    should), but kept blocks, and the count after it shows the difference."""
+    [failure] = judge(BUGS["partial_allocate"]).failures
+    assert "2. allocate(n=2) -> refused (ValueError)" in failure.detail
+    assert "expected: 1" in failure.detail and "actual:   0" in failure.detail
 
 
 @pytest.mark.parametrize("bug, most", [("double_free", 2), ("off_by_one", 2)])
@@ -195,7 +197,10 @@ def test_the_document_round_trips_and_checks():
     assert doc["schema"] == SCHEMA and doc["kind"] == "stateful"
     assert doc["identifiers"] == ["allocate.observation[*]", "free.args.ids[*]"]
     assert set(doc["traces"][0]) == {"id", "comment", "flags", "result", "params", "steps"}
-    assert doc["traces"][0]["steps"][0] == {"method": "allocate", "args": {"n": 2}, "observation": [0, 1]}
+    assert doc["traces"][0]["steps"][0] == {"method": "allocate", "args": {"n": 2}, "refused": False,
+                                            "observation": [0, 1]}
+    assert [s["refused"] for s in doc["traces"][8]["steps"]] == [False, True, False, False, False]
+    assert doc["traces"][8]["steps"][1]["observation"] is None
     assert traces_from_document(doc) == build_traces(BLOCK_POOL)
     assert check_trace_document(BLOCK_POOL, doc) == []
 
@@ -204,12 +209,18 @@ def test_the_check_names_a_tampered_observation_and_result():
     doc = json.loads(json.dumps(trace_document(BLOCK_POOL)))
     doc["traces"][3]["steps"][2]["observation"] = 1
     doc["traces"][5]["result"] = "valid"
+    doc["traces"][8]["steps"][1]["refused"] = False
+    del doc["traces"][0]["steps"][1]["refused"]
     problems = check_trace_document(BLOCK_POOL, doc)
     assert problems == [
+        "stand_in.block_pool: trace 1 (allocate and free everything, counting): step 2 (num_free) has no boolean "
+        "'refused'",
         "stand_in.block_pool: trace 4 (freed blocks are handed out again): step 3 (num_free) stores observation 1, "
         "the oracle observes 2",
         "stand_in.block_pool: trace 6 (a double free is refused): the oracle refuses step 3 of a trace stored as "
-        "'valid'"]
+        "'valid'",
+        "stand_in.block_pool: trace 9 (a refused allocate takes nothing: the trace goes on after it): the oracle "
+        "refuses step 2; the trace stores nothing as refused"]
     doc = trace_document(BLOCK_POOL)
     doc["traces"][0]["comment"] = "edited"
     assert check_trace_document(BLOCK_POOL, doc) == [
@@ -265,7 +276,15 @@ def test_bad_declarations_are_named(change, message):
 
 
 @pytest.mark.parametrize("spec, message", [
-    (TraceSpec("x", (), (("allocate", {"n": 9}),), params={"num_blocks": 2}), "the oracle refuses step 1"),
+    (TraceSpec("x", (), (("allocate", {"n": 9}),), params={"num_blocks": 2}), "it refuses step 1"),
+    (TraceSpec("x", (), (("allocate", {"n": 9}), ("num_free", {})), params={"num_blocks": 2}, result="invalid",
+               refused=(2,)), "the oracle refuses step 2; it refuses step 1"),
+    (TraceSpec("x", (), (("allocate", {"n": 9}),), params={"num_blocks": 2}, refused=(1,)),
+     "make the trace's result 'invalid', not 'valid'"),
+    (TraceSpec("x", (), (("allocate", {"n": 9}),), params={"num_blocks": 2}, result="invalid", refused=(2,)),
+     "refused must list step numbers 1..1 in increasing order"),
+    (TraceSpec("x", (), (("allocate", {"n": 9}),), params={"num_blocks": 2}, result="invalid", refused=()),
+     "refused must list step numbers"),
     (TraceSpec("x", (), (("allocate", {"n": 1}),), params={"num_blocks": 2}, result="invalid"),
      "it refuses nothing"),
     (TraceSpec("x", (), (("allocate", {"n": 9}), ("num_free", {})), params={"num_blocks": 2}, result="invalid"),
@@ -277,6 +296,13 @@ def test_bad_declarations_are_named(change, message):
 def test_bad_traces_are_named(spec, message):
     op = dataclasses.replace(BLOCK_POOL, vectors=lambda: [spec])
     with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        build_traces(op)
+
+
+def test_an_oracle_whose_refusal_changes_its_state_is_a_defect_named_at_generation():
+    op = dataclasses.replace(BLOCK_POOL, oracle=BUGS["partial_allocate"])
+    with pytest.raises(ValueError, match=re.escape("trace 3 (asking for more than is free is refused): the oracle "
+                                                   "refuses step 2 (allocate) but its state changed")):
         build_traces(op)
 
 

@@ -7,7 +7,9 @@ is a factory with the same signature. A trace is the params and a list of steps
 method returned into a JSON observation, and a candidate must produce the same
 observation, up to the renaming of `identifiers` (ids an implementation may choose,
 such as block ids: ref.testing.renaming). A step the oracle refuses (ValueError or TypeError)
-must be refused by the candidate too.
+must be refused by the candidate too, and must leave both objects as they were: a
+trace goes on after a refused step, so the steps after it show a refusal that
+changed the state.
 
 Golden documents of this kind (`trace_document`, `check_trace_document`,
 `load_traces`) have the schema "llm-ref-golden/2/stateful"; spec/conformance.md,
@@ -123,21 +125,25 @@ class StatefulOp(Operation):
 @dataclass(frozen=True)
 class TraceSpec:
     """A golden trace as a catalog declares it: the factory's params and the steps,
-    each (method, args). result "invalid": the oracle refuses the last step (or,
-    with no steps, the params); every other step is accepted."""
+    each (method, args). result "valid": the oracle accepts every step. "invalid":
+    it refuses the steps numbered in `refused` (1-based) and accepts the others;
+    with `refused` left out, it refuses the last step (or, with no steps, the
+    params). Steps after a refused one show that the refusal changed nothing."""
 
     comment: str
     flags: tuple[str, ...]
     steps: tuple[tuple[str, Mapping[str, Any]], ...]
     params: Mapping[str, Any] = field(default_factory=dict)
     result: str = "valid"
+    refused: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Step:
     method: str
     args: Mapping[str, Any]
-    observation: Any  # None for the refused last step of an invalid trace
+    observation: Any  # None for a refused step
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,29 +157,57 @@ class Trace:
 
 
 def _replay(op: StatefulOp, params: Mapping[str, Any], steps: Sequence[tuple[str, Mapping[str, Any]]],
-            where: str) -> tuple[list[Any], int | None]:
-    """The oracle's observation of each step; (observations so far, the index of the
-    step it refused, -1 for the params, or None)."""
+            where: str) -> tuple[list[Any], list[int]]:
+    """The oracle's observation of each step (None where it refuses the step) and the
+    indices of the steps it refuses ([-1]: it refuses the params, and no step runs).
+    A refusal must leave the oracle's snapshot as it was (else a defect: ValueError)."""
     try:
         model = op.oracle(**params)
     except REFUSALS:
-        return [], -1
-    observations = []
+        return [], [-1]
+    observations: list[Any] = []
+    refused: list[int] = []
     for i, (method, args) in enumerate(steps):
         if method not in op.methods:
             raise ValueError(f"{where}: step {i + 1} calls {method!r}, not one of the methods {op.methods}")
         if not isinstance(args, Mapping):
             raise ValueError(f"{where}: step {i + 1}'s args must be an object, got {type(args).__name__}")
+        before = json.dumps(as_json(op.snapshot(model), "snapshot"), sort_keys=True)
         try:
             returned = getattr(model, method)(**copy.deepcopy(dict(args)))
         except REFUSALS:
-            return observations, i
+            if json.dumps(as_json(op.snapshot(model), "snapshot"), sort_keys=True) != before:
+                raise ValueError(f"{where}: the oracle refuses step {i + 1} ({method}) but its state changed: "
+                                 f"a defect of the oracle (a refusal must change nothing)") from None
+            observations.append(None)
+            refused.append(i)
+            continue
         observations.append(op.observe(method, returned))
-    return observations, None
+    return observations, refused
 
 
-def _refusal(refused: int | None) -> str:
-    return "nothing" if refused is None else f"step {refused + 1}" if refused >= 0 else "the params"
+def _refusal(refused: Sequence[int]) -> str:
+    if not refused:
+        return "nothing"
+    if list(refused) == [-1]:
+        return "the params"
+    return f"step{'s' * (len(refused) > 1)} {', '.join(str(i + 1) for i in refused)}"
+
+
+def _expected_refusals(spec: TraceSpec, where: str) -> list[int]:
+    """The step indices (0-based; [-1] for the params) a spec says the oracle refuses."""
+    if spec.refused is None:
+        if spec.result == "valid":
+            return []
+        return [len(spec.steps) - 1] if spec.steps else [-1]
+    if spec.result != "invalid":
+        raise ValueError(f"{where}: refused steps {spec.refused} make the trace's result 'invalid', not {spec.result!r}")
+    numbers = list(spec.refused)
+    if not numbers or numbers != sorted(set(numbers)) or not all(
+            isinstance(n, int) and 1 <= n <= len(spec.steps) for n in numbers):
+        raise ValueError(f"{where}: refused must list step numbers 1..{len(spec.steps)} in increasing order, "
+                         f"got {spec.refused!r}")
+    return [n - 1 for n in numbers]
 
 
 def build_traces(op: StatefulOp) -> list[Trace]:
@@ -184,15 +218,14 @@ def build_traces(op: StatefulOp) -> list[Trace]:
         where = f"operation {op.name}: trace {i} ({spec.comment})"
         if spec.result not in TRACE_RESULTS:
             raise ValueError(f"{where}: result must be one of {TRACE_RESULTS}, got {spec.result!r}")
+        expected = _expected_refusals(spec, where)
         params = as_json({**op.defaults, **spec.params}, f"{where}: params")
         steps = [(m, as_json(dict(a), f"{where}: args of {m}")) for m, a in spec.steps]
         observations, refused = _replay(op, params, steps, where)
-        if spec.result == "valid" and refused is not None:
-            raise ValueError(f"{where}: the oracle refuses {_refusal(refused)}")
-        if spec.result == "invalid" and refused != len(steps) - 1:  # -1: no steps, the params refused
-            raise ValueError(f"{where}: an invalid trace's last step (or, with none, its params) must be the one "
-                             f"the oracle refuses; it refuses {_refusal(refused)}")
-        stored = tuple(Step(m, a, observations[j] if j < len(observations) else None)
+        if refused != expected:
+            raise ValueError(f"{where}: the trace says the oracle refuses {_refusal(expected)}; "
+                             f"it refuses {_refusal(refused)}")
+        stored = tuple(Step(m, a, observations[j] if j < len(observations) else None, j in refused)
                        for j, (m, a) in enumerate(steps))
         traces.append(Trace(i, spec.comment, tuple(spec.flags), spec.result, params, stored))
     return traces
@@ -207,7 +240,8 @@ def trace_document(op: StatefulOp) -> dict[str, Any]:
     """The op's golden document (JSON-ready): schema, metadata, identifiers and traces."""
     traces = [{"id": t.id, "comment": t.comment, "flags": list(t.flags), "result": t.result,
                "params": dict(t.params),
-               "steps": [{"method": s.method, "args": dict(s.args), "observation": s.observation} for s in t.steps]}
+               "steps": [{"method": s.method, "args": dict(s.args), "refused": s.refused,
+                          "observation": s.observation} for s in t.steps]}
               for t in build_traces(op)]
     return {"schema": SCHEMA, "op": op.name, "kind": op.kind.value, "spec": op.spec, "summary": op.summary,
             "seed": op.seed, "variants": _variants(op), "identifiers": list(op.identifiers),
@@ -219,7 +253,7 @@ def traces_from_document(doc: Mapping[str, Any]) -> list[Trace]:
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"golden: expected schema {SCHEMA!r}, got {doc.get('schema')!r}")
     return [Trace(t["id"], t["comment"], tuple(t["flags"]), t["result"], t["params"],
-                  tuple(Step(s["method"], s["args"], s["observation"]) for s in t["steps"]))
+                  tuple(Step(s["method"], s["args"], s["observation"], s["refused"]) for s in t["steps"]))
             for t in doc["traces"]]
 
 
@@ -244,15 +278,21 @@ def check_trace_document(op: StatefulOp, doc: Mapping[str, Any]) -> list[str]:
         except (KeyError, TypeError, ValueError) as exc:
             problems.append(f"{where}: cannot be replayed ({type(exc).__name__}: {exc})")
             continue
-        last = len(steps) - 1
-        if refused is not None and (refused != last or t["result"] != "invalid"):
+        stored_refused = [j for j, s in enumerate(t["steps"]) if s.get("refused") is True]
+        if refused == [-1]:
+            if t["result"] != "invalid" or steps:
+                problems.append(f"{where}: the oracle refuses the params of a trace stored as {t['result']!r} "
+                                f"with {len(steps)} steps")
+            continue
+        if refused != stored_refused:
+            problems.append(f"{where}: the oracle refuses {_refusal(refused)}; the trace stores "
+                            f"{_refusal(stored_refused)} as refused")
+        if t["result"] != ("invalid" if refused else "valid"):
             problems.append(f"{where}: the oracle refuses {_refusal(refused)} of a trace stored as {t['result']!r}")
-        elif refused is None and t["result"] == "invalid":
-            problems.append(f"{where}: stored as invalid, but the oracle accepts its last step")
-        elif refused == last and last >= 0 and t["steps"][last].get("observation") is not None:
-            problems.append(f"{where}: step {last + 1} is refused, so its observation must be null")
         for j, (s, seen) in enumerate(zip(t["steps"], observations), start=1):
-            if not _same_json(s.get("observation"), seen):
+            if not isinstance(s.get("refused"), bool):
+                problems.append(f"{where}: step {j} ({s['method']}) has no boolean 'refused'")
+            elif not _same_json(s.get("observation"), seen):
                 problems.append(f"{where}: step {j} ({s['method']}) stores observation "
                                 f"{json.dumps(s.get('observation'))}, the oracle observes {json.dumps(seen)}")
     stored = list(doc.get("traces", []))

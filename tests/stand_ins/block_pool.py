@@ -19,7 +19,7 @@ from ref.arguments import integer
 from ref.testing.catalog_types import Area
 from ref.testing.stateful import StatefulOp, TraceSpec
 
-__all__ = ["BLOCK_POOL", "BUGS", "CORRECT", "SEARCH_ONLY_BUGS", "BlockPool"]
+__all__ = ["BLOCK_POOL", "BUGS", "CORRECT", "BlockPool"]
 
 
 class BlockPool:
@@ -140,8 +140,7 @@ class StaleCount(BlockPool):
 
 class PartialAllocate(BlockPool):
     """Bug: allocate takes blocks one by one and refuses only when it runs out, so a
-    refused request keeps the blocks it took (no golden trace goes past a refusal:
-    the property search finds it)."""
+    refused request keeps the blocks it took (the steps after the refusal show it)."""
 
     def allocate(self, n):
         ids = []
@@ -155,8 +154,7 @@ class PartialAllocate(BlockPool):
 
 CORRECT = {"fifo": BlockPool, "lifo": LifoPool, "offset": OffsetPool}
 BUGS = {"double_free": DoubleFreeAccepted, "off_by_one": OffByOneCapacity, "leak": Leak,
-        "live_id": LiveIdHandedOut, "stale_count": StaleCount}
-SEARCH_ONLY_BUGS = {"partial_allocate": PartialAllocate}
+        "live_id": LiveIdHandedOut, "stale_count": StaleCount, "partial_allocate": PartialAllocate}
 
 
 # (which step, a count, a few picks): one strategy built once, read against the pool's state
@@ -201,6 +199,9 @@ def _traces() -> list[TraceSpec]:
                   ((a, {"n": 1}), (f, {"ids": [2]})), params={"num_blocks": 3}, result="invalid"),
         TraceSpec("a pool of no blocks is refused", ("InvalidInput",), (), params={"num_blocks": 0},
                   result="invalid"),
+        TraceSpec("a refused allocate takes nothing: the trace goes on after it", ("Capacity",),
+                  ((a, {"n": 3}), (a, {"n": 2}), (c, {}), (a, {"n": 1}), (c, {})), params={"num_blocks": 4},
+                  result="invalid", refused=(2,)),
     ]
 
 

@@ -9,6 +9,8 @@ applied to both objects. A failure names the first diverging step: its number,
 method and args, the observation expected and the one produced, both objects'
 snapshots, and the steps before it (after shrinking, a minimal trace). A step the
 oracle refuses must be refused by the candidate, and one it accepts must not be;
+the trace goes on after a refusal, so a refusal that changed the candidate's state
+diverges at a later step;
 NotImplementedError from the candidate declines the trace (counted, not failed).
 """
 
@@ -201,9 +203,8 @@ def _replay(op, fn, supported, settings, report: OpReport, watch) -> None:
         failure = None
         try:
             run.start(t.params, refused=t.result == "invalid" and not t.steps)
-            for i, s in enumerate(t.steps):
-                last = t.result == "invalid" and i == len(t.steps) - 1
-                run.step(s.method, s.args, REFUSED if last else s.observation)
+            for s in t.steps:
+                run.step(s.method, s.args, REFUSED if s.refused else s.observation)
         except Declined:
             report.vectors_skipped += 1
             report.unsupported += 1
