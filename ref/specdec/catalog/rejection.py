@@ -80,7 +80,7 @@ CHAIN = Request(p=((8, 4, 2, 2), (2, 2, 4, 8), EVEN), q=((4, 8, 2, 2), (8, 4, 2,
 FULL = Request(p=(EVEN, (8, 8, 0, 0), (2, 2, 4, 8)), q=(EVEN, (8, 8, 0, 0)), x=(2, 1), u=(0.875, 0.5),
                e=(1.0, 2.0, 3.0, 4.0), uf=0.5, bonus=2)
 # u = p/q exactly (1/4 / 1/2): vLLM accepts (>=), the chain contract rejects (u * q < p is false)
-EQUAL = Request(p=(EVEN, EVEN), q=((8, 4, 2, 2),), x=(1,), u=(0.5,), e=(1.0, 0.5, 1.0, 1.0), uf=0.75, bonus=1)
+EQUAL = Request(p=(EVEN, EVEN), q=((8, 4, 2, 2),), x=(0,), u=(0.5,), e=(1.0, 0.5, 1.0, 1.0), uf=0.75, bonus=1)
 # p(x) = 0, u = 2^-160: rejected; as float32 u is 0 and 0 >= 0 accepts (vLLM); residual (0, 8, 8, 0)
 TINY_U = Request(p=((0, 8, 8, 0), EVEN), q=((8, 4, 4, 0),), x=(0,), u=(float(np.ldexp(1.0, -160)),),
                  e=(1.0, 1.0, 0.5, 1.0), uf=0.25, bonus=0)
@@ -103,8 +103,8 @@ COIN = Request(p=((4, 2, 2, 8), (8, 4, 2, 2), EVEN), q=((4, 8, 2, 2), (4, 4, 4, 
 # greedy: x_0 is the argmax, x_1 not (argmax 2 emitted); the random coins would keep both
 GREEDY = Request(p=((2, 8, 4, 2), (4, 4, 8, 0), EVEN), q=((0, 2, 8, 6), (2, 8, 4, 2)), x=(1, 0), u=(0.5, 0.5),
                  e=ONES, uf=0.5, bonus=3, greedy=True)
-# greedy with a tied argmax (tokens 0..3 at 1/4): the first index, 0, is the argmax; x = 1 is rejected
-GREEDY_TIE = Request(p=(EVEN, EVEN), q=((0, 16, 0, 0),), x=(1,), u=(0.5,), e=ONES, uf=0.5, bonus=3, greedy=True)
+# greedy with a tied argmax (tokens 0..3 at 1/4): the first index, 0, is the argmax; x = 3 is rejected
+GREEDY_TIE = Request(p=(EVEN, EVEN), q=((0, 0, 0, 16),), x=(3,), u=(0.5,), e=ONES, uf=0.5, bonus=3, greedy=True)
 # a race tie: residual (0, 4, 4, 0) with e = 1: tokens 1 and 2 tie, the first (1) wins; the CDF tie at C_1 = u * S
 RACE_TIE = Request(p=((4, 8, 4, 0), EVEN), q=((4, 4, 0, 8),), x=(3,), u=(0.5,), e=ONES, uf=0.5, bonus=0)
 # u = 0 and p(x) = 0: vLLM's >= keeps a token the target never emits (probability 2^-53 per float64 coin)
