@@ -1,9 +1,9 @@
 """The specdec area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.specdec.catalog import statistical
+from ref.specdec.catalog import rejection, statistical
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = (statistical,)
+MODULES = (rejection, statistical)
 
 OPERATIONS, FLAGS = gather("specdec", MODULES, COMMON)
