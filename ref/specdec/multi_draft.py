@@ -6,8 +6,8 @@ node's children tried in ascending index, the sibling order):
 - `tree_rejection_sample`: multi-draft recursive rejection sampling (SpecInfer's
   multi-step speculative sampling, arXiv:2305.09781; recursive speculative decoding,
   arXiv:2402.14160). At a node with target p and draft q (the distribution its
-  children were drawn from), r = p; child c with token x is accepted iff q(x) > 0 and
-  r(x) / q(x) >= u_c; a rejection updates r = norm(max(r - q, 0)) (and, drafts drawn
+  children were drawn from), r = p; child c with token x is accepted iff q(x) > 0,
+  r(x) > 0 and r(x) / q(x) >= u_c; a rejection updates r = norm(max(r - q, 0)) (and, drafts drawn
   without replacement, removes x from q and renormalizes it) before the next sibling.
   After the last rejection one token is drawn from r; at a leaf, from the leaf's p.
   Exact: for drafts drawn as `drafts` says, each emitted token follows the target.
@@ -138,7 +138,7 @@ def tree_rejection_sample(parents, draft_tokens, target_probs, draft_probs, unif
             residual, q, taken = target[r, node], q_all[r, node], None
             for c in kids[r][node]:
                 x = tokens[r, c]
-                if q[x] > 0 and residual[x] / q[x] >= u[r, c]:
+                if q[x] > 0 and residual[x] > 0 and residual[x] / q[x] >= u[r, c]:
                     taken = c
                     break
                 residual = _reject(residual, q)
