@@ -148,6 +148,16 @@ def _rejection_vectors() -> list[VectorSpec]:
                            [[_f(0, 0, 1, 1), uniform4, uniform4]]))
     v("p == q and a drafted token neither can give: the residual stays p", ("ZeroMass", "ResidualUpdate"),
       _case([[-1, 0]], [[0, 3]], [[_f(1, 3, 0, 0), uniform4]], [[0, 0.5]], [0.5], [[_f(1, 3, 0, 0), uniform4]]))
+    # p = [2/3, 1/6, 1/6], q = [1/5, 4/5, 0]: both siblings rejected; the second residual update subtracts q
+    # (iid) or q without token 1, [1, 0, 0] (without replacement): token 0 or token 2 comes out
+    p3, q3, u3 = _f(4, 1, 1), _f(1, 4, 0), _f(1, 1, 1)
+    for drafts in DRAFTS.values:
+        v(f"the draft row after a rejection: q kept (iid) or q without the rejected token ({drafts})",
+          ("DraftUpdate", "ResidualUpdate"), _case(star, [[0, 1, 2]], [[p3, u3, u3]], [[0, 0.375, 0.625]], [0.5],
+                                                    [[q3, u3, u3]], drafts=drafts))
+    v("a coin below the ratio accepts a token the draft favours (r(x) = 1/4 < q(x) = 1/2, u = 1/4)",
+      ("ResidualUpdate",), _case([[-1, 0]], [[0, 0]], [[_f(1, 3, 0, 0), uniform4]], [[0, 0.25]], [0.75],
+                                 [[_f(1, 1, 0, 0), uniform4]]))
     v("a root alone: one token from the root's row", (EMPTY_INPUT, "TreeBonus"),
       _case([[-1]], [[1]], [[_f(0, 1, 1, 0)]], [[0.5]], [0.5], [[uniform4]]))
     v("a vocabulary of one: everything accepted, the bonus token 0", (EMPTY_INPUT, "TreeBonus"),
@@ -217,6 +227,8 @@ def _target_only_vectors() -> list[VectorSpec]:
       _case([[-1, 0, 1]], [[3, 1, 2]], [[p, _f(1, 0, 1, 0), u4]], [[0.5, 0.875, 0.0625]], [0.875]))
     v("all siblings rejected: the final draw leaves their tokens out", ("RemovedTokens", "TreeInverseCDF"),
       _case(star, [[3, 0, 1]], [[p, u4, u4]], [[0.875, 0.5, 0.5]], [0.125]))
+    v("all siblings rejected, the final draw at a cumulative tie: [1/4, 0, 1/4] and u = 1/2 give token 2",
+      ("TreeInverseCDF", "RemovedTokens"), _case(star, [[3, 1, 3]], [[p, u4, u4]], [[0.875, 0.5, 0.5]], [0.5]))
     v("a leaf reached: the bonus from its whole row (nothing removed)", ("RemovedTokens", "TreeBonus"),
       _case([[-1, 0]], [[3, 1]], [[p, _f(1, 1, 0, 0)]], [[0.5, 0.5]], [0.25]))
     v("siblings tried in index order: coin 3/16 accepts the first (1/2), not the second (1/4)", ("SiblingOrder",),
@@ -286,7 +298,7 @@ def _typical_vectors() -> list[VectorSpec]:
     v("every draft accepted: the bonus from the row after them, typical set only", ("TypicalFallback",),
       _chain([[mixed, mixed, peaked]], [[0, 0]], [2], [0.999]))
     v("a -1 draft inside num_draft is refused; -1 past it; NaN rows past num_draft", ("DraftPadding",),
-      _chain([[mixed, mixed, nan], [mixed, nan, nan]], [[-1, -1], [-1, -1]], [1, 0], [0.5, 0.25]))
+      _chain([[_f(2, 1, 0, 7), mixed, nan], [mixed, nan, nan]], [[-1, -1], [-1, -1]], [1, 0], [0.5, 0.25]))
     v("k = 0: one token from the typical set", (EMPTY_INPUT,), _chain([[flat17]], np.zeros((1, 0)), [0], [0.999]))
     v("a vocabulary of one", (EMPTY_INPUT,), _chain([[[1.0], [1.0]]], [[0]], [1], [0.5]))
     v("no requests", (EMPTY_INPUT,), _chain(np.zeros((0, 2, 3)), np.zeros((0, 1)), np.zeros(0), np.zeros(0)))
