@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     roofline_impls,
+    specdec_trees,
 )
 
 from ref.conformance.implementation import Implementation
@@ -68,6 +69,8 @@ def _entries():
         out["HASHED_BUGS", name] = (lambda n=name: cache_hashed.bug(n), flag, [op])
     for name, (op, flag, _) in cache_paged.PAGED_BUGS.items():
         out["PAGED_BUGS", name] = (lambda n=name: cache_paged.bug(n), flag, [op])
+    for name, (op, flag, _) in specdec_trees.TREE_BUGS.items():
+        out["TREE_BUGS", name] = (lambda n=name: specdec_trees.bug(n), flag, [op])
     for name, (_, flag) in cache_radix.RADIX_BUGS.items():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
     return out
@@ -79,7 +82,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "stochastic": {"BUGS"}, "roofline_impls": {"BUGS"},
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
-              "cache_radix": {"RADIX_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "cache_radix": {"RADIX_BUGS"}, "specdec_trees": {"TREE_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
