@@ -36,7 +36,8 @@ from ref.specdec.tree import ancestor_mask, depths, parents_from_links, tree_att
 def _pieces(breaks) -> list[tuple[float, float]]:
     """(midpoint, length) of the pieces of [0, 1) cut at `breaks`."""
     cuts = sorted({0.0, 1.0, *(float(b) for b in breaks if 0 < b < 1)})
-    return [((a + b) / 2, b - a) for a, b in zip(cuts, cuts[1:])]
+    below_one = np.nextafter(1.0, 0.0)  # a piece of length 2^-53 below 1 has its midpoint round up to 1
+    return [(min((a + b) / 2, below_one), b - a) for a, b in zip(cuts, cuts[1:])]
 
 
 def _cum_breaks(rows) -> set[float]:
@@ -106,11 +107,11 @@ def rejection_law(p, q, m, mode):
     return law
 
 
-def target_only_law(p, tokens):
+def target_only_law(p, tokens, threshold_acc=1.0):
     """The exact law of the first token of SGLang's target-only rule at a root with these children."""
     v = len(p)
     uniform = np.full(v, 1.0 / v)
-    acc = np.cumsum([p[x] for x in tokens])
+    acc = np.cumsum([p[x] for x in tokens]) / threshold_acc
     left = [p.copy()]
     for x in tokens:
         nxt = left[-1].copy()
@@ -121,7 +122,8 @@ def target_only_law(p, tokens):
     out, _, _ = tree_sample_target_only(
         np.tile([-1] + [0] * len(tokens), (b, 1)), np.tile([0, *tokens], (b, 1)),
         np.tile(np.stack([p] + [uniform] * len(tokens)), (b, 1, 1)),
-        np.array([[c[0]] + [0.5] * len(tokens) for c, _ in combos]), np.array([f[0] for _, f in combos]))
+        np.array([[c[0]] + [0.5] * len(tokens) for c, _ in combos]), np.array([f[0] for _, f in combos]),
+        threshold_acc=threshold_acc)
     law = np.zeros(v)
     np.add.at(law, out[:, 0], [c[1] * f[1] for c, f in combos])
     return law
@@ -218,6 +220,14 @@ def test_target_only_is_biased_by_duplicate_siblings():
     np.testing.assert_allclose(target_only_law(_row([1, 3]), [0, 0]), [0.5, 0.5], atol=1e-12)
 
 
+def test_target_only_relaxation_shift():
+    """threshold_acc = 1/2 doubles the accumulated mass: p = (1/2, 1/4, 1/4) with
+    siblings 1, 2 emits 1 and 2 with 1/2 each and never 0 (TV 1/2)."""
+    p = _row([2, 1, 1])
+    law = target_only_law(p, [1, 2], threshold_acc=0.5)
+    np.testing.assert_allclose(law, [0, 0.5, 0.5], atol=1e-12)
+
+
 def test_multi_draft_is_exact_with_duplicate_siblings():
     """iid drafts repeat tokens; the recursive rule stays exact (the theorem covers it)."""
     p, q = _row([1, 3, 0]), _row([2, 1, 1])
@@ -274,6 +284,7 @@ def typical_law(p, q):
 
 TYPICAL_EXAMPLES = [  # (name, p, q, TV to p): the figures the spec quotes
     ("draft equal to the target, p = (0.7, 0.2, 0.1)", _row([7, 2, 1]), _row([7, 2, 1]), 0.0),
+    ("p = (0.4, 0.3, 0.2, 0.1), a greedy (argmax) draft", _row([4, 3, 2, 1]), _row([1, 0, 0, 0]), 0.6),
     ("a flat target over 4, a point-mass draft", _row([1, 1, 1, 1]), _row([1, 0, 0, 0]), 0.75),
     ("p = (0.97, 0.01, 0.01, 0.01), draft = p", _row([97, 1, 1, 1]), _row([97, 1, 1, 1]), 0.03),
     ("p = (0.5, 16 x 1/32), draft = p", _row([16] + [1] * 16), _row([16] + [1] * 16), 0.5),
