@@ -77,7 +77,8 @@ class _FedTorch:
 
 
 def _arrays(target_probs, draft_tokens, num_draft, greedy, draft_probs, draft):
-    target_probs, draft_tokens, num_draft, greedy = map(np.asarray, (target_probs, draft_tokens, num_draft, greedy))
+    target_probs, draft_tokens, num_draft, greedy = map(np.ascontiguousarray,
+                                                        (target_probs, draft_tokens, num_draft, greedy))
     if draft not in DRAFTS or (draft_probs is None) != (draft == "point_mass"):
         raise ValueError(f"draft_probs: does not fit draft={draft!r}")
     if target_probs.ndim != 3 or draft_tokens.ndim != 2 or num_draft.ndim != 1:
@@ -90,7 +91,7 @@ def _arrays(target_probs, draft_tokens, num_draft, greedy, draft_probs, draft):
         draft_probs = np.zeros((B, k, V), target_probs.dtype)
         b_idx, j_idx = np.nonzero(draft_tokens >= 0)
         draft_probs[b_idx, j_idx, draft_tokens[b_idx, j_idx]] = 1
-    draft_probs = np.asarray(draft_probs)
+    draft_probs = np.ascontiguousarray(draft_probs)
     if draft_probs.shape != (B, k, V):
         raise ValueError(f"draft_probs {draft_probs.shape}: expected {(B, k, V)}")
     for b in range(B):
