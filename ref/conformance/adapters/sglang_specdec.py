@@ -14,6 +14,12 @@ imports nothing from ref).
                         chain with target_predict = the argmax of each target row: that
                         is how SGLang verifies greedy requests. The emitted tokens are
                         predicts[accept_index[0..accept_token_num]], padded with -1.
+  specdec.verify_tree_greedy  `verify_tree_greedy_triton` on the whole batch: candidates =
+                        draft_tokens, target_predict = target_tokens, retrieve_index =
+                        b * N + i, next_token / next_sibling built from the parent array
+                        (first child and next sibling by index, as SGLang builds them);
+                        variant path = "first_match" (SGLang descends by the first
+                        matching child); nodes = accept_index - b * N.
 
 Both kernels are Triton only; they run under Triton's interpreter, so
 TRITON_INTERPRET=1 must be set before triton is imported (this module sets it when
@@ -129,8 +135,8 @@ def _greedy_row(tp, dt, n: int, k: int) -> np.ndarray:
 def chain_sample(target_probs, draft_tokens, num_draft, uniforms, final_uniforms, greedy, draft_probs=None, *,
                  draft="probs"):
     """specdec.chain_sample through SGLang's kernels, one request at a time."""
-    target_probs, draft_tokens, num_draft = map(np.asarray, (target_probs, draft_tokens, num_draft))
-    uniforms, final_uniforms, greedy = map(np.asarray, (uniforms, final_uniforms, greedy))
+    target_probs, draft_tokens, num_draft = map(np.ascontiguousarray, (target_probs, draft_tokens, num_draft))
+    uniforms, final_uniforms, greedy = map(np.ascontiguousarray, (uniforms, final_uniforms, greedy))
     if draft not in DRAFTS or (draft_probs is None) != (draft == "point_mass"):
         raise ValueError(f"draft_probs: does not fit draft={draft!r}")
     if target_probs.ndim != 3 or draft_tokens.ndim != 2:
@@ -143,7 +149,7 @@ def chain_sample(target_probs, draft_tokens, num_draft, uniforms, final_uniforms
         draft_probs = np.zeros((B, k, V), target_probs.dtype)
         b_idx, j_idx = np.nonzero(draft_tokens >= 0)
         draft_probs[b_idx, j_idx, draft_tokens[b_idx, j_idx]] = 1
-    draft_probs = np.asarray(draft_probs)
+    draft_probs = np.ascontiguousarray(draft_probs)
     out = np.full((B, k + 1), -1, np.int64)
     for b in range(B):
         n = int(num_draft[b])
@@ -157,5 +163,55 @@ def chain_sample(target_probs, draft_tokens, num_draft, uniforms, final_uniforms
     return out
 
 
-OPS = {"specdec.chain_sample": chain_sample}
-VARIANTS = {"specdec.chain_sample": {"draft": list(DRAFTS)}}
+def _links(parents: np.ndarray):
+    """SGLang's retrieve_next_token (first child by index) and retrieve_next_sibling."""
+    b, n = parents.shape
+    first = np.full((b, n), -1, np.int64)
+    sibling = np.full((b, n), -1, np.int64)
+    for r in range(b):
+        last_child = {}
+        for i in range(1, n):
+            parent = int(parents[r, i])
+            if parent in last_child:
+                sibling[r, last_child[parent]] = i
+            else:
+                first[r, parent] = i
+            last_child[parent] = i
+    return first, sibling
+
+
+def verify_tree_greedy(parents, draft_tokens, target_tokens, *, path="first_match"):
+    """specdec.verify_tree_greedy through `verify_tree_greedy_triton`, the whole batch at once."""
+    if verify_tree_greedy_triton is None:
+        raise NotImplementedError("SGLang's spec_tree module did not import")
+    if path != "first_match":
+        raise ValueError(f"path: SGLang descends by the first matching child, not {path!r}")
+    parents, draft_tokens, target_tokens = map(np.ascontiguousarray, (parents, draft_tokens, target_tokens))
+    if parents.ndim != 2 or draft_tokens.shape != parents.shape or target_tokens.shape != parents.shape:
+        raise ValueError("parents, draft_tokens, target_tokens: expected one shape [B, N]")
+    if parents.dtype.kind not in "iu" or draft_tokens.dtype.kind not in "iu" or target_tokens.dtype.kind not in "iu":
+        raise TypeError("parents, draft_tokens, target_tokens: expected integer arrays")
+    b, n = parents.shape
+    if b and n and ((parents[:, 0] != -1).any() or any((parents[:, i] < 0).any() or (parents[:, i] >= i).any()
+                                                       for i in range(1, n))):
+        raise ValueError("parents: node 0 is the root (-1) and node i's parent lies in [0, i)")
+    first, sibling = _links(parents.astype(np.int64))
+    predicts = torch.full((b * n,), -1, dtype=torch.int32)
+    accept_index = torch.full((b, n), -1, dtype=torch.int32)
+    accept_num = torch.zeros(b, dtype=torch.int32)
+    if b and n:
+        verify_tree_greedy_triton(predicts, accept_index, accept_num, torch.from_numpy(draft_tokens.astype(np.int64)),
+                                  torch.arange(b * n, dtype=torch.int64).reshape(b, n), torch.from_numpy(first),
+                                  torch.from_numpy(sibling), torch.from_numpy(target_tokens.astype(np.int64)))
+    tokens = np.full((b, n), -1, np.int64)
+    nodes = np.full((b, n), -1, np.int64)
+    for r in range(b):
+        m = int(accept_num[r])
+        flat = accept_index[r, :m + 1].numpy().astype(np.int64)
+        nodes[r, :m + 1] = flat - r * n
+        tokens[r, :m + 1] = predicts[flat].numpy()
+    return tokens, nodes, accept_num.numpy().astype(np.int64)
+
+
+OPS = {"specdec.chain_sample": chain_sample, "specdec.verify_tree_greedy": verify_tree_greedy}
+VARIANTS = {"specdec.chain_sample": {"draft": list(DRAFTS)}, "specdec.verify_tree_greedy": {"path": ["first_match"]}}

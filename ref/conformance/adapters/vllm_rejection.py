@@ -34,6 +34,7 @@ the commands).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -139,6 +140,28 @@ class _Metadata:
         self.generators = generators
 
 
+@contextlib.contextmanager
+def _narrow_recovered_tiles(vocab: int):
+    """vLLM launches the recovered-token kernel with 8192-wide tiles; the interpreter pays for
+    every lane, which makes the statistical op's thousands of calls take hours. For V <= 8192
+    a tile of V's next power of two is the same single tile (same argmax, same tie rule), so
+    the statistical path launches vLLM's kernel with it; the exact path keeps vLLM's launch."""
+    dispatcher = rs._sample_recovered_tokens
+
+    def launch(out, cu, draft_ids, draft_probs, target_probs, inv_q, *, max_spec_len):
+        grid = (cu.shape[0], max_spec_len)
+        rs.sample_recovered_tokens_kernel[grid](
+            out, cu, draft_ids, draft_probs, target_probs, inv_q, target_probs.shape[1],
+            BLOCK_SIZE=triton.next_power_of_2(target_probs.shape[1]), NO_DRAFT_PROBS=draft_probs is None,
+            USE_FP64_GUMBEL=inv_q.dtype == torch.float64)
+
+    rs._sample_recovered_tokens = launch if vocab <= 8192 else dispatcher
+    try:
+        yield
+    finally:
+        rs._sample_recovered_tokens = dispatcher
+
+
 def rejection_sample_rng(target_probs, draft_tokens, num_draft, greedy, draft_probs=None, *, seed, draft="probs"):
     """specdec.rejection_sample_rng: vLLM's `rejection_sample` with its own random numbers."""
     target_probs, draft_tokens, num_draft, greedy = map(np.asarray, (target_probs, draft_tokens, num_draft, greedy))
@@ -157,9 +180,10 @@ def rejection_sample_rng(target_probs, draft_tokens, num_draft, greedy, draft_pr
     with np.errstate(divide="ignore"):
         logits = _tensor(np.log(tp.astype(np.float32)))
     cu = _tensor(np.cumsum(num_draft), np.int32)
-    out = rs.rejection_sample(_tensor(dt, np.int32), [int(n) for n in num_draft], k, cu,
-                              None if dp is None else _tensor(dp, np.float32), logits, bonus,
-                              _Metadata(greedy, generators))
+    with _narrow_recovered_tiles(target_probs.shape[2]):
+        out = rs.rejection_sample(_tensor(dt, np.int32), [int(n) for n in num_draft], k, cu,
+                                  None if dp is None else _tensor(dp, np.float32), logits, bonus,
+                                  _Metadata(greedy, generators))
     return out.numpy().astype(np.int64)
 
 
