@@ -118,7 +118,7 @@ def target_only_law(p, tokens, threshold_acc=1.0):
         nxt[x] = 0
         left.append(nxt)
     combos = list(itertools.product(_pieces(acc), _pieces(_cum_breaks(left + [p, uniform]))))
-    b, n = len(combos), len(tokens) + 1
+    b = len(combos)
     out, _, _ = tree_sample_target_only(
         np.tile([-1] + [0] * len(tokens), (b, 1)), np.tile([0, *tokens], (b, 1)),
         np.tile(np.stack([p] + [uniform] * len(tokens)), (b, 1, 1)),

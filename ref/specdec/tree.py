@@ -33,7 +33,7 @@ import numpy as np
 
 from ref.arguments import member
 
-__all__ = ["PAD", "PathRule", "check_parents", "depths", "ancestor_mask", "tree_attention", "tree_links",
+__all__ = ["PAD", "PathRule", "check_ids", "check_parents", "depths", "ancestor_mask", "tree_attention", "tree_links",
            "parents_from_links", "verify_tree_greedy", "children"]
 
 PAD = -1  # an unused output slot, an absent link, the root's parent
@@ -46,22 +46,20 @@ class PathRule(enum.Enum):
     FIRST_MATCH = "first_match"  # descend from the root, at each level the first matching child (SGLang)
 
 
-def _int_array(x, name: str, ndim: int) -> np.ndarray:
-    """`x` as an integer array of `ndim` axes (bool and float refused), widened to int64."""
+def check_ids(x, name: str, ndim: int) -> np.ndarray:
+    """`x` as an int32 or int64 array of `ndim` axes (engines' id types; others refused), as int64."""
     a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected an integer array, got dtype {a.dtype}")
+    if a.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{name}: expected an int32 or int64 array, got dtype {a.dtype}")
     if a.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} axes, got shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name}: values past int64")
     return a.astype(np.int64)
 
 
 def check_parents(parents) -> np.ndarray:
     """parents [B, N] as int64 after the checks: N >= 1, parents[:, 0] == -1 and
     0 <= parents[:, i] < i for i >= 1 (a parent before its child: no cycles)."""
-    p = _int_array(parents, "parents", 2)
+    p = check_ids(parents, "parents", 2)
     if p.shape[1] < 1:
         raise ValueError(f"parents: a tree has at least its root (N >= 1), got shape {p.shape}")
     if (p[:, 0] != PAD).any():
@@ -108,7 +106,7 @@ def tree_attention(parents, prefix_lens) -> tuple[np.ndarray, np.ndarray]:
     (prefix_lens[b] + depth): what the target model is run with to score every node
     in one pass. prefix_lens [B]: the committed tokens before the root, >= 0."""
     p = check_parents(parents)
-    lens = _int_array(prefix_lens, "prefix_lens", 1)
+    lens = check_ids(prefix_lens, "prefix_lens", 1)
     _same_shape(lens, "prefix_lens", p.shape[:1])
     if (lens < 0).any():
         raise ValueError("prefix_lens: expected lengths >= 0")
@@ -150,8 +148,8 @@ def parents_from_links(next_token, next_sibling) -> np.ndarray:
     """The parent array [B, N] of trees given as first-child / next-sibling links
     (SGLang's retrieve_next_token and retrieve_next_sibling): the inverse of tree_links.
     Refuses links that do not form a tree numbered parents first."""
-    first = _int_array(next_token, "next_token", 2)
-    sib = _int_array(next_sibling, "next_sibling", 2)
+    first = check_ids(next_token, "next_token", 2)
+    sib = check_ids(next_sibling, "next_sibling", 2)
     _same_shape(sib, "next_sibling", first.shape)
     b, n = first.shape
     parents = np.full((b, n), -2, np.int64)
@@ -180,8 +178,8 @@ def verify_tree_greedy(parents, draft_tokens, target_tokens, *,
     order, -1 after) and num_accepted [B], all int64. `path`: PathRule."""
     rule = member(path, PathRule, "path")
     p = check_parents(parents)
-    draft = _int_array(draft_tokens, "draft_tokens", 2)
-    target = _int_array(target_tokens, "target_tokens", 2)
+    draft = check_ids(draft_tokens, "draft_tokens", 2)
+    target = check_ids(target_tokens, "target_tokens", 2)
     _same_shape(draft, "draft_tokens", p.shape)
     _same_shape(target, "target_tokens", p.shape)
     b, n = p.shape
