@@ -28,7 +28,15 @@ from ref.specdec.multi_draft import (
     typical_acceptance,
     typical_threshold,
 )
-from ref.specdec.tree import ancestor_mask, depths, parents_from_links, tree_attention, tree_links, verify_tree_greedy
+from ref.specdec.tree import (
+    ancestor_mask,
+    depths,
+    parents_from_choices,
+    parents_from_links,
+    tree_attention,
+    tree_links,
+    verify_tree_greedy,
+)
 
 # ------------------------------------------------------------------ exact laws by integration
 
@@ -335,6 +343,15 @@ def test_greedy_on_a_chain_is_chain_verification():
     parents = [[-1, 0, 1, 2]]
     tokens, nodes, count = verify_tree_greedy(parents, [[0, 5, 6, 9]], [[5, 6, 7, 8]])
     assert tokens.tolist() == [[5, 6, 7, -1]] and nodes.tolist() == [[0, 1, 2, -1]] and count.tolist() == [2]
+
+
+def test_medusa_choices_become_parents():
+    """Medusa's choices sorted by (length, path): the root, [0], [1], [0, 0], [0, 1], [1, 0]."""
+    parents, order = parents_from_choices([[0, 1], [1], [0], [1, 0], [0, 0]])
+    assert order == [(), (0,), (1,), (0, 0), (0, 1), (1, 0)]
+    assert parents.tolist() == [-1, 0, 0, 1, 1, 2]
+    with pytest.raises(ValueError, match="prefix"):
+        parents_from_choices([[0, 0]])
 
 
 def test_parents_from_links_refuses_a_cycle():

@@ -34,7 +34,7 @@ import numpy as np
 from ref.arguments import member
 
 __all__ = ["PAD", "PathRule", "check_ids", "check_parents", "depths", "ancestor_mask", "tree_attention", "tree_links",
-           "parents_from_links", "verify_tree_greedy", "children"]
+           "parents_from_links", "parents_from_choices", "verify_tree_greedy", "children"]
 
 PAD = -1  # an unused output slot, an absent link, the root's parent
 
@@ -165,6 +165,23 @@ def parents_from_links(next_token, next_sibling) -> np.ndarray:
     if (parents == -2).any():
         raise ValueError("next_token/next_sibling: a node no parent links to")
     return check_parents(parents)
+
+
+def parents_from_choices(choices) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """A tree given as Medusa's / EAGLE's `choices` (every node a path of top-k ranks
+    from the root, e.g. [[0], [1], [0, 0]]) as a parent array [N] (N = len(choices) + 1)
+    and the node order: the root, then the paths sorted by (length, path), as Medusa's
+    generate_medusa_buffers orders them. Every prefix of a path must be a choice too."""
+    paths = [tuple(int(r) for r in c) for c in choices]
+    if any(len(c) == 0 or min(c) < 0 for c in paths) or len(set(paths)) != len(paths):
+        raise ValueError("choices: expected distinct non-empty paths of ranks >= 0")
+    order = [()] + sorted(paths, key=lambda c: (len(c), c))
+    index = {c: i for i, c in enumerate(order)}
+    missing = [c for c in paths if c[:-1] not in index]
+    if missing:
+        raise ValueError(f"choices: the prefix of {list(missing[0])} is not a choice")
+    parents = np.array([PAD] + [index[c[:-1]] for c in order[1:]], np.int64)
+    return parents, order
 
 
 def verify_tree_greedy(parents, draft_tokens, target_tokens, *,
