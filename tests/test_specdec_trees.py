@@ -33,6 +33,7 @@ from ref.specdec.tree import (
     depths,
     parents_from_choices,
     parents_from_links,
+    parents_from_topk,
     tree_attention,
     tree_links,
     verify_tree_greedy,
@@ -352,6 +353,17 @@ def test_medusa_choices_become_parents():
     assert parents.tolist() == [-1, 0, 0, 1, 1, 2]
     with pytest.raises(ValueError, match="prefix"):
         parents_from_choices([[0, 0]])
+
+
+def test_eagle_topk_encoding_becomes_parents():
+    """Two EAGLE trees (top-2, depth 3) as build_tree_kernel_efficient reads them; SGLang
+    0.5.23's Triton build gives these trees' mask, positions and links (checked once
+    under TRITON_INTERPRET=1, see the spec)."""
+    parents = parents_from_topk([[-1, 0, 1, 3, 4], [-1, 1, 0, 2, 5]], [[0, 1, 3, 4, 6, 9], [0, 1, 2, 3, 4, 6]],
+                                topk=2)
+    assert parents.tolist() == [[-1, 0, 0, 1, 2, 3, 4], [-1, 0, 0, 2, 2, 1, 3]]
+    with pytest.raises(ValueError, match="not selected"):
+        parents_from_topk([[-1, 0, 1]], [[0, 4]], topk=2)  # candidate 4 is a child of candidate 1, not chosen
 
 
 def test_parents_from_links_refuses_a_cycle():

@@ -34,7 +34,8 @@ import numpy as np
 from ref.arguments import member
 
 __all__ = ["PAD", "PathRule", "check_ids", "check_parents", "depths", "ancestor_mask", "tree_attention", "tree_links",
-           "parents_from_links", "parents_from_choices", "verify_tree_greedy", "children"]
+           "parents_from_links", "parents_from_choices", "parents_from_topk", "verify_tree_greedy",
+           "children"]
 
 PAD = -1  # an unused output slot, an absent link, the root's parent
 
@@ -182,6 +183,36 @@ def parents_from_choices(choices) -> tuple[np.ndarray, list[tuple[int, ...]]]:
         raise ValueError(f"choices: the prefix of {list(missing[0])} is not a choice")
     parents = np.array([PAD] + [index[c[:-1]] for c in order[1:]], np.int64)
     return parents, order
+
+
+def parents_from_topk(parent_list, selected_index, *, topk: int) -> np.ndarray:
+    """EAGLE's (and SGLang's build_tree_kernel_efficient's) tree encoding as parents [B, N].
+
+    The drafter scores `topk` children per expanded node, flattened: candidates
+    [0, topk) are the root's; block t >= 1 (candidates [t*topk, (t+1)*topk)) holds the
+    children of the candidate `parent_list[b, t]`. selected_index [B, N-1]: the chosen
+    candidates, node i = selected_index[i-1]. A node's parent is the root for block 0,
+    else the node whose candidate is parent_list[b, block]; it must have been chosen."""
+    plist = check_ids(parent_list, "parent_list", 2)
+    sel = check_ids(selected_index, "selected_index", 2)
+    if plist.shape[0] != sel.shape[0]:
+        raise ValueError(f"parent_list, selected_index: {plist.shape[0]} and {sel.shape[0]} requests")
+    k = int(topk)
+    if k < 1 or k != topk:
+        raise ValueError(f"topk: expected an integer >= 1, got {topk!r}")
+    b, n = sel.shape[0], sel.shape[1] + 1
+    block = sel // k  # [B, N-1]
+    if (sel < 0).any() or (block >= plist.shape[1]).any():
+        raise ValueError("selected_index: a candidate outside parent_list's blocks")
+    rows = np.arange(b)[:, None]
+    wanted = np.where(block > 0, plist[rows, block], PAD)  # [B, N-1]: the parent's candidate
+    match = sel[:, None, :] == wanted[:, :, None]  # [B, node, candidate position]
+    found = match.any(axis=2)
+    if ((block > 0) & ~found).any():
+        raise ValueError("selected_index: a node whose parent candidate was not selected")
+    parents = np.full((b, n), PAD, np.int64)
+    parents[:, 1:] = np.where(block > 0, np.argmax(match, axis=2) + 1, 0)
+    return check_parents(parents)
 
 
 def verify_tree_greedy(parents, draft_tokens, target_tokens, *,
