@@ -279,6 +279,35 @@ def test_two_levels_give_the_target_joint_law():
     np.testing.assert_allclose(law, p[:, None] * np.stack(T), atol=1e-12)
 
 
+def test_target_only_two_levels_give_the_target_joint_law():
+    """Root -> 2 children with distinct tokens -> 1 grandchild each, V = 3, every token
+    choice (the drafter does not matter): the first two tokens follow p(t1) T[t1](t2)."""
+    p, T = _row([1, 2, 1]), [_row([3, 1, 0]), _row([1, 1, 2]), _row([0, 1, 1])]
+    parents = [-1, 0, 0, 1, 2]
+    for a, b, c, d in itertools.product(range(3), repeat=4):
+        if a == b:
+            continue
+        tokens = [0, a, b, c, d]
+        target = np.stack([p, T[a], T[b], T[c], T[d]])
+        coin_breaks = [np.cumsum([p[a], p[b]]), [T[a][c]], [T[b][d]]]
+        rows_ = list(target) + [np.where(np.isin(np.arange(3), [a, b]), 0.0, p)]
+        rows_ += [np.where(np.arange(3) == x, 0.0, T[y]) for x, y in ((c, a), (d, b))]
+        combos = list(itertools.product(*[_pieces(br) for br in coin_breaks], _pieces(_cum_breaks(rows_))))
+        n = len(combos)
+        out, _, count = tree_sample_target_only(
+            np.tile(parents, (n, 1)), np.tile(tokens, (n, 1)), np.tile(target, (n, 1, 1)),
+            np.array([[c0[0], c1[0], c2[0], 0.5, 0.5] for c0, c1, c2, _ in combos]),
+            np.array([f[0] for *_, f in combos]))
+        law = np.zeros((3, 3))
+        for t1, t2, k, combo in zip(out[:, 0], out[:, 1], count, combos):
+            mass = np.prod([piece[1] for piece in combo])
+            if k == 0:
+                law[t1] += mass * T[t1]
+            else:
+                law[t1, t2] += mass
+        np.testing.assert_allclose(law, p[:, None] * np.stack(T), atol=1e-12, err_msg=str(tokens))
+
+
 # ------------------------------------------------------------------ typical acceptance: the shift
 
 
