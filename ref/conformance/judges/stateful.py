@@ -151,7 +151,13 @@ class Lockstep:
         if obj is None:
             return "(none)"
         try:
-            if obj is self.candidate:
+            if obj is self.candidate:  # its own snapshot() where it has one, else the op's
+                own = getattr(obj, "snapshot", None)
+                if callable(own):
+                    try:
+                        return _text(self._candidate(own, {}))
+                    except Exception:
+                        pass
                 return _text(self._candidate(lambda: self.op.snapshot(obj), {}))
             return _text(self.op.snapshot(obj))
         except BaseException as exc:
