@@ -131,6 +131,9 @@ def test_renaming_binds_new_ids_and_keeps_them_until_released():
     r.release("free", {"ids": [0]}, None)
     assert r.compare("allocate", [0], [9]) is None  # a released oracle id binds afresh
     assert r.compare("num_free", 2, 2) is None and "expected 2, got 3" in r.compare("num_free", 2, 3)
+    assert r.compare("allocate", [None], [None]) is None  # null is no id: it matches only null
+    assert r.compare("allocate", [None], [5]) == "observation[0]: expected null, got 5"
+    assert r.compare("allocate", [3], [None]) == "observation[0]: expected 3, got null"
 
 
 def test_renaming_is_a_bijection():
