@@ -514,6 +514,12 @@ class LoraPathCheckedLate(P.PrefixCache):
         raise ValueError("lora_path: without lora_name")
 
 
+# the prefix caches above that refuse as the reference does but change state first (issue 12)
+STATE_CHANGING_REFUSALS = ("HitsTouchedBeforeCapacity", "HitsRequeuedAtBack", "NewBlocksTakenOneByOne", "EvictedBeforeCapacity",
+                "RegisteredBeforeCapacity", "AppendTokensFirst", "AppendKeepsTakenBlocks", "TokensCheckedWhileCaching",
+                "LiveIdCheckedLate", "UnknownIdRegistered", "LoraPathCheckedLate")
+
+
 H, C = "cache.block_hash", "cache.prefix_blocks"
 HASHED_BUGS = {
     "unchained block hash": (H, "HashChain", _unchained),

@@ -269,15 +269,44 @@ def _traces() -> list[TraceSpec]:
     ]
 
 
-_DRAW = st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(1, 14), st.integers(0, 2), st.integers(0, 7))
+# (which step, a prompt family, a length, the extra keys, a pick, which refusal): which == 6 (one step in
+# seven) is a step the reference refuses, drawn once the cache has state, so the search meets refusals in
+# the middle of a trace and the steps after them show a refusal that changed something
+_DRAW = st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(1, 14), st.integers(0, 2), st.integers(0, 7),
+                  st.integers(0, 5))
+_EXTRAS = ({}, {"cache_salt": "s"}, {"lora_name": "l", "lora_path": "/l"})
+
+
+def _refusal(cache: PrefixBlockCache, live: list[str], tokens: list[int], extra: int, pick: int, kind: int):
+    """A step the reference refuses: a prompt longer than the pool can hold whatever it hits (its first
+    blocks likely cached: hits to touch, blocks to evict), a live id allocated again, an append past the
+    free blocks, a bad token in a later block, an idle id freed or appended to, a LoRA path alone or an
+    empty prompt."""
+    extras = _EXTRAS[extra]
+    if kind == 0 or (kind in (1, 2) and not live):
+        long = tokens + [1000 + i for i in range(len(tokens), 2 * cache.num_blocks * cache.block_size)]
+        return "allocate", {"request_id": f"r{pick}", "tokens": long, **extras}
+    if kind == 1:
+        return "allocate", {"request_id": live[pick % len(live)], "tokens": tokens, **extras}
+    if kind == 2:
+        return "append", {"request_id": live[pick % len(live)], "tokens": [7] * (cache.num_free() + 1) * cache.block_size}
+    if kind == 3:
+        return "allocate", {"request_id": f"r{pick}", "tokens": tokens + [-1] + tokens, **extras}
+    if kind == 4:  # an id not live now, which a later allocate may well use
+        idle = [r for r in (f"r{i}" for i in range(8)) if r not in live]
+        rid = idle[pick % len(idle)] if idle else "u"
+        return ("free", {"request_id": rid}) if extra else ("append", {"request_id": rid, "tokens": [1]})
+    return "allocate", {"request_id": f"r{pick}", "tokens": tokens if extra else [], **({"lora_path": "/l"} if extra else {})}
 
 
 def _step(cache: PrefixBlockCache, draw) -> tuple[str, dict]:
-    which, prefix, length, extra, pick = draw
+    which, prefix, length, extra, pick, kind = draw
     live = cache.requests()
     tokens = [prefix * 10 + (i % 3 if prefix else i) for i in range(length)]  # few prefixes: many hits
-    extras = [{}, {"cache_salt": "s"}, {"lora_name": "l", "lora_path": "/l"}][extra]
-    if which in (0, 1):
+    extras = _EXTRAS[extra]
+    if which == 6 and (live or cache.snapshot()["cached"]):
+        return _refusal(cache, live, tokens, extra, pick, kind)
+    if which in (0, 1, 6):
         return "allocate", {"request_id": f"r{pick}", "tokens": tokens, **extras}
     if which == 2 and live:
         return "free", {"request_id": live[pick % len(live)]}
@@ -285,7 +314,7 @@ def _step(cache: PrefixBlockCache, draw) -> tuple[str, dict]:
         return "append", {"request_id": live[pick % len(live)], "tokens": tokens[:pick % 5 + 1]}
     if which == 4:
         return "lookup", {"tokens": tokens, **extras}
-    return "free_queue", {}
+    return ("num_free", {}) if pick % 3 == 0 else ("free_queue", {})
 
 
 def _snapshot(cache):
