@@ -206,8 +206,8 @@ def test_the_default_kernel_passes_the_search():
 
 # the caches that refuse as the reference does but change state first (issue 12): the
 # search draws a refusal in about one step of seven once the cache has state
-REFUSED_STATE = [n for n, (op, _, kernel) in cache_hashed.HASHED_BUGS.items()
-                 if kernel.__module__ == cache_hashed.__name__ and kernel.__name__ in cache_hashed.STATE_CHANGING_REFUSALS]
+REFUSED_STATE = [n for n, (_, _, kernel) in cache_hashed.HASHED_BUGS.items()
+                 if kernel in cache_hashed.STATE_CHANGING_REFUSALS]
 
 
 def test_every_refusal_the_search_draws_is_refused_and_changes_nothing():

@@ -515,9 +515,9 @@ class LoraPathCheckedLate(P.PrefixCache):
 
 
 # the prefix caches above that refuse as the reference does but change state first (issue 12)
-STATE_CHANGING_REFUSALS = ("HitsTouchedBeforeCapacity", "HitsRequeuedAtBack", "NewBlocksTakenOneByOne", "EvictedBeforeCapacity",
-                "RegisteredBeforeCapacity", "AppendTokensFirst", "AppendKeepsTakenBlocks", "TokensCheckedWhileCaching",
-                "LiveIdCheckedLate", "UnknownIdRegistered", "LoraPathCheckedLate")
+STATE_CHANGING_REFUSALS = (HitsTouchedBeforeCapacity, HitsRequeuedAtBack, NewBlocksTakenOneByOne,
+                           EvictedBeforeCapacity, RegisteredBeforeCapacity, AppendTokensFirst, AppendKeepsTakenBlocks,
+                           TokensCheckedWhileCaching, LiveIdCheckedLate, UnknownIdRegistered, LoraPathCheckedLate)
 
 
 H, C = "cache.block_hash", "cache.prefix_blocks"

@@ -257,7 +257,8 @@ def _traces() -> list[TraceSpec]:
                    (N, {}), (F, {"request_id": "a"}), (Q, {}), (N, {})),
                   result="invalid", refused=(2,)),
         TraceSpec("freeing an unknown request registers nothing: the id is allocated after it", ("RefusedState",),
-                  ((A, {"request_id": "a", "tokens": _p(5)}), (F, {"request_id": "b"}), (P, {"request_id": "c", "tokens": [1]}),
+                  ((A, {"request_id": "a", "tokens": _p(5)}), (F, {"request_id": "b"}),
+                   (P, {"request_id": "c", "tokens": [1]}),
                    (A, {"request_id": "b", "tokens": _p(5)}), (A, {"request_id": "c", "tokens": _p(5, 20)}),
                    (F, {"request_id": "b"}), (N, {})),
                   result="invalid", refused=(2, 3)),
@@ -289,14 +290,17 @@ def _refusal(cache: PrefixBlockCache, live: list[str], tokens: list[int], extra:
     if kind == 1:
         return "allocate", {"request_id": live[pick % len(live)], "tokens": tokens, **extras}
     if kind == 2:
-        return "append", {"request_id": live[pick % len(live)], "tokens": [7] * (cache.num_free() + 1) * cache.block_size}
+        too_many = [7] * (cache.num_free() + 1) * cache.block_size
+        return "append", {"request_id": live[pick % len(live)], "tokens": too_many}
     if kind == 3:
         return "allocate", {"request_id": f"r{pick}", "tokens": tokens + [-1] + tokens, **extras}
     if kind == 4:  # an id not live now, which a later allocate may well use
         idle = [r for r in (f"r{i}" for i in range(8)) if r not in live]
         rid = idle[pick % len(idle)] if idle else "u"
         return ("free", {"request_id": rid}) if extra else ("append", {"request_id": rid, "tokens": [1]})
-    return "allocate", {"request_id": f"r{pick}", "tokens": tokens if extra else [], **({"lora_path": "/l"} if extra else {})}
+    if extra:
+        return "allocate", {"request_id": f"r{pick}", "tokens": tokens, "lora_path": "/l"}
+    return "allocate", {"request_id": f"r{pick}", "tokens": []}
 
 
 def _step(cache: PrefixBlockCache, draw) -> tuple[str, dict]:
