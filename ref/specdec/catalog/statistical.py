@@ -164,26 +164,26 @@ def _invalid() -> list[VectorSpec]:
         a[index] = value
         return a
 
-    bad("NaN in a target row that is read", target_probs=poke("target_probs", (0, 1, 2), np.nan))
-    bad("+Inf in a draft row that is read", draft_probs=poke("draft_probs", (1, 0, 0), np.inf))
-    bad("a negative target probability (the row still sums to 1)",
+    bad("target_probs: NaN in a row that is read", target_probs=poke("target_probs", (0, 1, 2), np.nan))
+    bad("draft_probs: +Inf in a row that is read", draft_probs=poke("draft_probs", (1, 0, 0), np.inf))
+    bad("target_probs: a negative probability (the row still sums to 1)",
         target_probs=poke("target_probs", (0, 0, slice(0, 2)), [12 / 16, -2 / 16]))
-    bad("a target row summing to 15/16", target_probs=poke("target_probs", (0, 3, 3), 8 / 16))
-    bad("a draft row summing to 17/16", draft_probs=poke("draft_probs", (1, 2, 0), 9 / 16))
-    bad("a draft token id V (past the vocabulary)", draft_tokens=poke("draft_tokens", (0, 1), 4))
-    bad("a draft token id -2", draft_tokens=poke("draft_tokens", (1, 0), -2))
-    bad("num_draft > k", num_draft=np.array([3, 4]))
-    bad("a negative num_draft", num_draft=np.array([-1, 3]))
-    bad("draft_tokens of shape [B, k + 1]", draft_tokens=np.pad(good["draft_tokens"], ((0, 0), (0, 1))))
-    bad("draft_probs with a vocabulary of 3", draft_probs=good["draft_probs"][..., :3])
-    bad("num_draft of shape [B + 1]", num_draft=np.array([3, 3, 3]))
-    bad("target_probs of rank 2", target_probs=good["target_probs"][:, 0])
-    bad("int64 target_probs", target_probs=good["target_probs"].astype(np.int64))
-    bad("float64 draft_tokens", draft_tokens=good["draft_tokens"].astype(np.float64))
-    bad("int64 greedy flags", greedy=good["greedy"].astype(np.int64))
-    out.append(_spec("draft='probs' without draft_probs", [INVALID_INPUT],
+    bad("target_probs: a row summing to 15/16", target_probs=poke("target_probs", (0, 3, 3), 8 / 16))
+    bad("draft_probs: a row summing to 17/16", draft_probs=poke("draft_probs", (1, 2, 0), 9 / 16))
+    bad("draft_tokens: a token id V (past the vocabulary)", draft_tokens=poke("draft_tokens", (0, 1), 4))
+    bad("draft_tokens: a token id -2", draft_tokens=poke("draft_tokens", (1, 0), -2))
+    bad("num_draft: a count > k", num_draft=np.array([3, 4]))
+    bad("num_draft: a negative count", num_draft=np.array([-1, 3]))
+    bad("draft_tokens: shape [B, k + 1]", draft_tokens=np.pad(good["draft_tokens"], ((0, 0), (0, 1))))
+    bad("draft_probs: a vocabulary of 3", draft_probs=good["draft_probs"][..., :3])
+    bad("num_draft: shape [B + 1]", num_draft=np.array([3, 3, 3]))
+    bad("target_probs: rank 2", target_probs=good["target_probs"][:, 0])
+    bad("target_probs: int64", target_probs=good["target_probs"].astype(np.int64))
+    bad("draft_tokens: float64", draft_tokens=good["draft_tokens"].astype(np.float64))
+    bad("greedy: int64 flags", greedy=good["greedy"].astype(np.int64))
+    out.append(_spec("draft_probs: missing with draft='probs'", [INVALID_INPUT],
                      {k: v for k, v in good.items() if k != "draft_probs"}, result="invalid"))
-    out.append(VectorSpec("draft_probs given with draft='point_mass'", (INVALID_INPUT,),
+    out.append(VectorSpec("draft_probs: given with draft='point_mass'", (INVALID_INPUT,),
                           Case(good, {"draft": "point_mass"}), "invalid"))
     return out
 
