@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["Draft", "check_step", "rejection_sample_marginals", "ROW_SUM_TOLERANCE"]
 
-ROW_SUM_TOLERANCE = 1e-5  # |sum(row) - 1| allowed for every row that is read (float32 rows of a few thousand tokens)
+ROW_SUM_TOLERANCE = 1e-4  # |sum(row) - 1| allowed for every row that is read (as ref.specdec.rejection: float32 softmax rows)
 
 
 class Draft(enum.Enum):

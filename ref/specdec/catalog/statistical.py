@@ -48,6 +48,9 @@ FLAGS = {
                       "acceptances are correlated: later positions are reached too often"),
     "RngZeroDraft": Flag("a draft token of zero draft probability divided by zero, or accepted",
                          "NaN ratios accept or crash; vLLM rejects such a draft"),
+    "RngZeroResidual": Flag("a residual of zero mass (p = q, the draft outside q's support) drawn from as if it had "
+                            "mass: the first index (vLLM's race) or the last (an inverse CDF)",
+                            "a token the target gives probability 0 is emitted in a case of probability 0"),
 }
 
 # A request pattern (V = 4, k = 3) whose rows all differ, in sixteenths: position j drafts x_j with
@@ -119,7 +122,7 @@ def _valid() -> list[VectorSpec]:
         _spec("zero target probability at the draft (p(x) = 0 < q(x)): never accepted, whatever the uniform",
               ["RngCoin", "RngResidual"], pattern(p=[[8, 8, 0, 0], *_P[1:]], x=[2, 3, 0], q=[[4, 4, 4, 4], *_Q[1:]])),
         _spec("p = q with q(x) = 0: a residual of zero mass, the correction drawn from p (vLLM emits token 0)",
-              ["RngZeroDraft"], pattern(p=[[0, 8, 8, 0], *_P[1:]], x=[3, 3, 0], q=[[0, 8, 8, 0], *_Q[1:]])),
+              ["RngZeroResidual"], pattern(p=[[0, 8, 8, 0], *_P[1:]], x=[3, 3, 0], q=[[0, 8, 8, 0], *_Q[1:]])),
         _spec("V = 1: every draft is token 0 and accepted", ["RngBonus"],
               pattern(p=[[16]] * 4, x=[0, 0, 0], q=[[16]] * 3)),
         _spec("k = 0: no drafts, the bonus drawn from the single target row", ["RngBonus"],
