@@ -135,7 +135,7 @@ def _valid() -> list[VectorSpec]:
     for _ in range(4):
         v = int(rng.integers(2, 7))
         weights = rng.integers(0, 5, size=(7, v))
-        weights[:, 0] += 1  # sixteenths need rows of 16: scale an integer row by 16 / its sum only if exact
+        weights[:, 0] += 1  # every row has mass
         p = [_sixteenths(w) for w in weights[:4]]
         q = [_sixteenths(w) for w in weights[4:]]
         x = [int(rng.choice(v, p=np.asarray(r) / 16)) for r in q]
