@@ -1,8 +1,9 @@
 """The specdec area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
+from ref.specdec.catalog import statistical
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = ()
+MODULES = (statistical,)
 
 OPERATIONS, FLAGS = gather("specdec", MODULES, COMMON)
