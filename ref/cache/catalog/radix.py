@@ -243,47 +243,69 @@ def _traces() -> list[TraceSpec]:
     ]
 
 
-# (which step, tokens, extra key, a pick, a count): drawn once, read against the cache's state
+# (which step, tokens, extra key, a pick, a count, which refusal): drawn once, read against the cache's state
 _DRAW = st.tuples(st.integers(0, 11), st.lists(st.integers(1, 3), max_size=7), st.sampled_from([None, None, "a"]),
-                  st.integers(0, 63), st.integers(0, 9))
+                  st.integers(0, 63), st.integers(0, 9), st.sampled_from(range(6)))
 
 
-def _refused(cache: RadixCache, tokens, extra, pick, count) -> tuple[str, dict]:
+def _cached_key(cache: RadixCache, pick: int, count: int) -> dict | None:
+    """A cached path's tokens (with its extra key) cut inside its last node: a key that a
+    refused insert or match walks down, touching and splitting, before its bad token."""
+    nodes = [n for _, n in sorted(cache._nodes.items()) if n is not cache.root]
+    if not nodes:
+        return None
+    node = nodes[pick % len(nodes)]
+    extra = next(k[0] for k, c in node.parent.children.items() if c is node)
+    tokens, x = [], node
+    while x is not cache.root:
+        tokens[:0], x = x.tokens, x.parent
+    pages = len(node.tokens) // cache.page_size  # cut at a page boundary inside it when it has two pages
+    tokens = tokens[:len(tokens) - cache.page_size * (1 + count % (pages - 1) if pages > 1 else count % 2)]
+    return {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
+
+
+def _refused(cache: RadixCache, kind, tokens, extra, pick, count) -> tuple[str, dict]:
     """A step the cache refuses, of one of six kinds, aimed at what a cache that mutates
-    before it checks would change: a key that walks cached tokens before its bad one
-    (insert, match), an insert whose priority is not an integer, a fractional evict, a
-    lock of an evicted node, an unlock of a node that holds no lock (or, with no such
-    handle, a fractional evict)."""
-    keyed = {"tokens": tokens + [-1]} if extra is None else {"tokens": tokens + [-1], "extra_key": extra}
-    live = {n["node"] for n in cache.snapshot()["nodes"]}
-    kind = pick % 6
-    if kind == 0:
-        return "insert", {**keyed, "priority": count % 3 + 1} if cache.policy is Policy.PRIORITY else keyed
+    before it checks would change: an insert or match of a cached path cut inside a
+    node, then a bad token (what it walks it could touch, split, count or cache); an
+    insert of such a path whose priority is not an integer; a fractional evict; a lock
+    of an evicted node (whose old parents may be live) or an unlock of a node that holds
+    no lock (mostly one a descendant's lock holds)."""
+    keyed = _cached_key(cache, pick, count) or (
+        {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra})
+    bad = {**keyed, "tokens": keyed["tokens"] + [-1]}
+    if kind == 0:  # the path, new tokens after it, then the bad one
+        bad["tokens"][-1:] = tokens + [-1]
+        return "insert", {**bad, "priority": count % 3 + 1} if cache.policy is Policy.PRIORITY else bad
     if kind == 1:
-        return "insert", {"tokens": tokens, "priority": count + 0.5}
+        return "insert", {**keyed, "priority": count + 0.5}
     if kind == 2:
-        return "match_prefix", keyed
-    if kind == 3:
-        return "evict", {"num_tokens": count + 0.5}
+        return "match_prefix", bad
+    live = {n["node"]: n["lock"] for n in cache.snapshot()["nodes"]}
     gone = [h for h in cache.handed_out() if h not in live and h != cache.root.handle]
     if kind == 4 and gone:  # (a handle never handed out could be one the candidate uses)
-        return "lock", {"node": gone[count % len(gone)]}
+        return "lock", {"node": gone[-1 - pick % len(gone)]}  # mostly the latest evicted
     idle = [h for h in cache.handed_out() if h not in cache.locked()]
-    if idle:
-        return "unlock", {"node": idle[count % len(idle)]}
+    held = [h for h in idle if live.get(h)] if count % 3 else []  # locked through a descendant
+    if kind >= 4 and (held or idle):
+        return "unlock", {"node": (held or idle)[pick % len(held or idle)]}
     return "evict", {"num_tokens": count + 0.5}
 
 
 def _step(cache: RadixCache, draw) -> tuple[str, dict]:
-    which, tokens, extra, pick, count = draw
+    which, tokens, extra, pick, count, kind = draw
     handles, locked = cache.handed_out(), cache.locked()
     if which >= 10:  # a refusal, once the cache holds something; else an insert
         if cache.evictable_size() + cache.protected_size():
-            return _refused(cache, tokens, extra, pick, count)
+            return _refused(cache, kind, tokens, extra, pick, count)
         which = 0
     if which <= 2:
         args = {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
+        if which == 2 and (cached := _cached_key(cache, pick, count)):  # a cached path, cut, then new tokens
+            args = {**cached, "tokens": cached["tokens"] + tokens}
         return "insert", ({**args, "priority": count % 3} if cache.policy is Policy.PRIORITY else args)
+    if which == 4 and (cached := _cached_key(cache, pick, count)):  # a cached path, cut, then new tokens
+        return "match_prefix", {**cached, "tokens": cached["tokens"] + tokens}
     if which <= 4:
         return "match_prefix", {"tokens": tokens} if extra is None else {"tokens": tokens, "extra_key": extra}
     if which == 5 and handles:  # sometimes an evicted node's handle: refused
@@ -293,7 +315,7 @@ def _step(cache: RadixCache, draw) -> tuple[str, dict]:
         pool = pool or handles
         return "unlock", {"node": pool[pick % len(pool)]}
     if which <= 7:
-        return "evict", {"num_tokens": count}
+        return "evict", {"num_tokens": count + 1 if pick % 4 else count}  # sometimes 0
     return ("evictable_size", {}) if which == 8 else ("protected_size", {})
 
 
