@@ -105,6 +105,27 @@ def test_each_bug_fails_a_trace_carrying_its_flag(bug):
     assert any(flag in f.flags and "first divergence at step" in f.detail for f in report.failures)
 
 
+@pytest.mark.parametrize("policy", ["lru", "priority"])
+@pytest.mark.parametrize("kind", range(6))
+def test_each_refusal_the_search_draws_is_refused_and_changes_nothing(kind, policy):
+    """The steps strategy's refusals (issue 12), drawn against a cache with state: the
+    reference refuses each, and its snapshot (times, hits, priorities, locks) stays."""
+    from ref.cache.catalog import radix as catalog
+
+    cache = RadixCache(policy=policy)
+    for key in ([1, 2, 3, 4], [1, 2, 5], [3, 3]):
+        cache.insert(key)
+    cache.lock(cache.match_prefix([1, 2, 3, 4])["node"])
+    cache.evict(2)  # [5] and [3, 3] go; the locked path stays
+    cache.match_prefix([1, 2])  # hands out [1, 2], locked only through [3, 4]
+    for pick, count in [(0, 0), (1, 1), (2, 5), (5, 2)]:
+        method, args = catalog._refused(cache, kind, [2, 1], None, pick, count)
+        before = json.dumps(RADIX_CACHE.snapshot(cache), sort_keys=True)
+        with pytest.raises((TypeError, ValueError)):
+            getattr(cache, method)(**args)
+        assert json.dumps(RADIX_CACHE.snapshot(cache), sort_keys=True) == before, (method, args)
+
+
 # The bugs the property search finds without any golden trace; the others (the split
 # head's times, hits and priority, the priority and tie rules, unlock by count) need
 # the exact step orders their traces hold, which a random search rarely draws.
