@@ -1,7 +1,7 @@
 """SGLang 0.5.23's RadixCache (ref.conformance.adapters.sglang_radix) judged against
 cache.radix_cache: with its shipped xfails (the misuses SGLang does not refuse, each
 shown failing), and under a correct caller (GUARDED) with every trace and a property
-search passing. Skipped where SGLang is not installed (its 6 GB install is not in CI;
+search passing. Skipped where SGLang is not installed (CI's "cache engines" stage installs it;
 spec/cache.md, "Radix prefix cache", gives the commands)."""
 
 from __future__ import annotations
