@@ -1,9 +1,9 @@
 """The specdec area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.specdec.catalog import tree_sampling, trees
+from ref.specdec.catalog import statistical, tree_sampling, trees
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = (trees, tree_sampling)
+MODULES = (statistical, trees, tree_sampling)
 
 OPERATIONS, FLAGS = gather("specdec", MODULES, COMMON)
