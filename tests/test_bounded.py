@@ -55,6 +55,8 @@ def test_non_finite_values_must_match():
                 [1.0, np.nan, np.inf, -np.inf, np.nan], [1.0, np.nan, np.inf, -np.inf, np.inf]):
         cmp = compare_bounded(e, e, np.array(bad), precision="bfloat16")
         assert not cmp.ok and cmp.first is not None
+        assert cmp.summary() == "1 of 5 elements are NaN or infinite where the oracle's are finite, or miss " \
+                                "the oracle's NaN or infinity (no tolerance applies)"
     assert compare_bounded(np.full(3, -np.inf), np.full(3, -np.inf), np.full(3, -np.inf), precision="float32").ok
 
 

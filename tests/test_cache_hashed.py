@@ -204,8 +204,35 @@ def test_the_default_kernel_passes_the_search():
     _default_passes(200)
 
 
+# the caches that refuse as the reference does but change state first (issue 12): the
+# search draws a refusal in about one step of seven once the cache has state
+REFUSED_STATE = [n for n, (_, _, kernel) in cache_hashed.HASHED_BUGS.items()
+                 if kernel in cache_hashed.STATE_CHANGING_REFUSALS]
+
+
+def test_every_refusal_the_search_draws_is_refused_and_changes_nothing():
+    """Each refusal kind of the steps strategy, drawn against a cache with state (a live
+    request, freed cached blocks): the reference refuses it, and its snapshot (the op's,
+    with the request lengths) is unchanged."""
+    from ref.cache.catalog import hashed
+
+    op = OPERATIONS[1]
+    for extra in range(3):
+        for pick in range(8):
+            for kind in range(6):
+                cache = PrefixBlockCache(num_blocks=6, block_size=2)
+                cache.allocate("r1", [0, 1, 2, 3, 4])
+                cache.allocate("r2", [10, 11, 10, 11])
+                cache.free("r2")
+                method, args = hashed._refusal(cache, cache.requests(), [0, 1, 2, 3], extra, pick, kind)
+                before = op.snapshot(cache)
+                with pytest.raises((TypeError, ValueError)):
+                    getattr(cache, method)(**args)
+                assert op.snapshot(cache) == before, (method, args)
+
+
 @pytest.mark.deep  # a search: how many examples it needs depends on hypothesis' version
-@pytest.mark.parametrize("name", ["hashes dropped at free", "LRU by insertion, not last use"])
+@pytest.mark.parametrize("name", ["hashes dropped at free", "LRU by insertion, not last use", *REFUSED_STATE])
 def test_a_corpus_cache_is_found_by_the_search_alone(name, tmp_path):
     import dataclasses
 

@@ -116,8 +116,26 @@ def test_code_comparator_rules():
 
 def test_exact_comparator_for_plain_integers():
     cmp = compare_exact(np.uint8([0x21, 0x43]), np.uint8([0x12, 0x43]))
-    assert not cmp.ok and cmp.first.expected_bits == "00100001" and cmp.first.actual_bits == "00010010"
+    assert not cmp.ok and cmp.first.expected_bits == "0x21" and cmp.first.actual_bits == "0x12"
+    cmp = compare_exact(np.int64([2**31 + 80]), np.int64([-(2**31) + 80]))  # an int32 wrap, in its own width
+    assert (cmp.first.expected_bits, cmp.first.actual_bits) == ("0x0000000080000050", "0xffffffff80000050")
+    assert compare_exact(np.bool_([True]), np.bool_([False])).first.expected_bits is None
     assert "int32" in compare_exact(np.uint8([1]), np.int32([1])).problem
+
+
+def test_bit_comparison_of_cache_contents_shows_values_and_their_bits():
+    from ref.cache.catalog.paged import compare_bits
+
+    expected = np.float32([1.0, np.nan, 3.0])
+    got = expected.copy()
+    got.view(np.uint32)[1] ^= 1  # another NaN payload: a bit copy differs
+    cmp = compare_bits(expected, got)
+    assert not cmp.ok and cmp.first.index == (1,) and cmp.first.actual == "nan"
+    assert (cmp.first.expected_bits, cmp.first.actual_bits) == ("0x7fc00000", "0x7fc00001")
+    assert cmp.worst == 1 and cmp.unit == "differing bits"
+    got = np.float32([1.0, np.nan, -3.0])
+    assert compare_bits(expected, got).first.expected == "3.0" and compare_bits(expected, got).worst == 1
+    assert compare_bits(np.uint16([0x3F80]), np.uint16([0x0000])).worst == 7  # bfloat16 1.0 as its bits
 
 
 def test_compare_parts_names_the_failing_output():

@@ -28,7 +28,16 @@ from ref.specdec.multi_draft import (
     typical_acceptance,
     typical_threshold,
 )
-from ref.specdec.tree import ancestor_mask, depths, parents_from_links, tree_attention, tree_links, verify_tree_greedy
+from ref.specdec.tree import (
+    ancestor_mask,
+    depths,
+    parents_from_choices,
+    parents_from_links,
+    parents_from_topk,
+    tree_attention,
+    tree_links,
+    verify_tree_greedy,
+)
 
 # ------------------------------------------------------------------ exact laws by integration
 
@@ -118,7 +127,7 @@ def target_only_law(p, tokens, threshold_acc=1.0):
         nxt[x] = 0
         left.append(nxt)
     combos = list(itertools.product(_pieces(acc), _pieces(_cum_breaks(left + [p, uniform]))))
-    b, n = len(combos), len(tokens) + 1
+    b = len(combos)
     out, _, _ = tree_sample_target_only(
         np.tile([-1] + [0] * len(tokens), (b, 1)), np.tile([0, *tokens], (b, 1)),
         np.tile(np.stack([p] + [uniform] * len(tokens)), (b, 1, 1)),
@@ -270,6 +279,35 @@ def test_two_levels_give_the_target_joint_law():
     np.testing.assert_allclose(law, p[:, None] * np.stack(T), atol=1e-12)
 
 
+def test_target_only_two_levels_give_the_target_joint_law():
+    """Root -> 2 children with distinct tokens -> 1 grandchild each, V = 3, every token
+    choice (the drafter does not matter): the first two tokens follow p(t1) T[t1](t2)."""
+    p, T = _row([1, 2, 1]), [_row([3, 1, 0]), _row([1, 1, 2]), _row([0, 1, 1])]
+    parents = [-1, 0, 0, 1, 2]
+    for a, b, c, d in itertools.product(range(3), repeat=4):
+        if a == b:
+            continue
+        tokens = [0, a, b, c, d]
+        target = np.stack([p, T[a], T[b], T[c], T[d]])
+        coin_breaks = [np.cumsum([p[a], p[b]]), [T[a][c]], [T[b][d]]]
+        rows_ = list(target) + [np.where(np.isin(np.arange(3), [a, b]), 0.0, p)]
+        rows_ += [np.where(np.arange(3) == x, 0.0, T[y]) for x, y in ((c, a), (d, b))]
+        combos = list(itertools.product(*[_pieces(br) for br in coin_breaks], _pieces(_cum_breaks(rows_))))
+        n = len(combos)
+        out, _, count = tree_sample_target_only(
+            np.tile(parents, (n, 1)), np.tile(tokens, (n, 1)), np.tile(target, (n, 1, 1)),
+            np.array([[c0[0], c1[0], c2[0], 0.5, 0.5] for c0, c1, c2, _ in combos]),
+            np.array([f[0] for *_, f in combos]))
+        law = np.zeros((3, 3))
+        for t1, t2, k, combo in zip(out[:, 0], out[:, 1], count, combos):
+            mass = np.prod([piece[1] for piece in combo])
+            if k == 0:
+                law[t1] += mass * T[t1]
+            else:
+                law[t1, t2] += mass
+        np.testing.assert_allclose(law, p[:, None] * np.stack(T), atol=1e-12, err_msg=str(tokens))
+
+
 # ------------------------------------------------------------------ typical acceptance: the shift
 
 
@@ -335,6 +373,26 @@ def test_greedy_on_a_chain_is_chain_verification():
     parents = [[-1, 0, 1, 2]]
     tokens, nodes, count = verify_tree_greedy(parents, [[0, 5, 6, 9]], [[5, 6, 7, 8]])
     assert tokens.tolist() == [[5, 6, 7, -1]] and nodes.tolist() == [[0, 1, 2, -1]] and count.tolist() == [2]
+
+
+def test_medusa_choices_become_parents():
+    """Medusa's choices sorted by (length, path): the root, [0], [1], [0, 0], [0, 1], [1, 0]."""
+    parents, order = parents_from_choices([[0, 1], [1], [0], [1, 0], [0, 0]])
+    assert order == [(), (0,), (1,), (0, 0), (0, 1), (1, 0)]
+    assert parents.tolist() == [-1, 0, 0, 1, 1, 2]
+    with pytest.raises(ValueError, match="prefix"):
+        parents_from_choices([[0, 0]])
+
+
+def test_eagle_topk_encoding_becomes_parents():
+    """Two EAGLE trees (top-2, depth 3) as build_tree_kernel_efficient reads them; SGLang
+    0.5.23's Triton build gives these trees' mask, positions and links (checked once
+    under TRITON_INTERPRET=1, see the spec)."""
+    parents = parents_from_topk([[-1, 0, 1, 3, 4], [-1, 1, 0, 2, 5]], [[0, 1, 3, 4, 6, 9], [0, 1, 2, 3, 4, 6]],
+                                topk=2)
+    assert parents.tolist() == [[-1, 0, 0, 1, 2, 3, 4], [-1, 0, 0, 2, 2, 1, 3]]
+    with pytest.raises(ValueError, match="not selected"):
+        parents_from_topk([[-1, 0, 1]], [[0, 4]], topk=2)  # candidate 4 is a child of candidate 1, not chosen
 
 
 def test_parents_from_links_refuses_a_cycle():

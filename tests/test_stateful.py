@@ -64,6 +64,19 @@ def test_each_bug_is_found_by_the_property_search_alone(bug):
     assert f"first divergence at step {steps}:" in failure.detail
 
 
+def test_a_candidate_shows_its_own_snapshot_where_it_has_one():
+    class Told(BUGS["leak"]):
+        def snapshot(self):
+            return {"mine": sorted(self._free)}
+
+    class Broken(BUGS["leak"]):
+        def snapshot(self):
+            raise RuntimeError("no")
+
+    assert 'candidate state after it: {"mine": []}' in judge(Told).failures[0].detail  # the leak: none free
+    assert 'candidate state after it: {"live": [1, 3], "num_free": 0}' in judge(Broken).failures[0].detail
+
+
 def test_a_refusal_that_changes_state_diverges_at_the_next_step():
     """The trace goes on after a refused step: the candidate refused too (as it
     should), but kept blocks, and the count after it shows the difference."""
@@ -118,6 +131,9 @@ def test_renaming_binds_new_ids_and_keeps_them_until_released():
     r.release("free", {"ids": [0]}, None)
     assert r.compare("allocate", [0], [9]) is None  # a released oracle id binds afresh
     assert r.compare("num_free", 2, 2) is None and "expected 2, got 3" in r.compare("num_free", 2, 3)
+    assert r.compare("allocate", [None], [None]) is None  # null is no id: it matches only null
+    assert r.compare("allocate", [None], [5]) == "observation[0]: expected null, got 5"
+    assert r.compare("allocate", [3], [None]) == "observation[0]: expected 3, got null"
 
 
 def test_renaming_is_a_bijection():

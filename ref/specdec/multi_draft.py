@@ -33,7 +33,7 @@ import enum
 import numpy as np
 
 from ref.arguments import member, real
-from ref.specdec.tree import PAD, check_parents, children
+from ref.specdec.tree import PAD, check_ids, check_parents, children
 
 __all__ = ["PROB_TOLERANCE", "Drafts", "check_probs", "inverse_cdf", "tree_rejection_sample",
            "tree_sample_target_only", "typical_acceptance", "typical_threshold"]
@@ -78,12 +78,9 @@ def _uniforms(x, name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _tokens(x, name: str, shape: tuple[int, ...], vocab: int) -> np.ndarray:
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected integer token ids, got dtype {a.dtype}")
+    a = check_ids(x, name, len(shape))
     if a.shape != shape:
         raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
-    a = a.astype(np.int64)
     if ((a < 0) | (a >= vocab)).any():
         raise ValueError(f"{name}: token ids outside the vocabulary [0, {vocab})")
     return a
@@ -231,16 +228,12 @@ def typical_acceptance(target_probs, draft_tokens, num_draft, final_uniforms, *,
         raise ValueError(f"target_probs: expected shape [B, k+1, V], got {target.shape}")
     b, k1, vocab = target.shape
     k = k1 - 1
-    draft = np.asarray(draft_tokens)
-    if draft.dtype.kind not in "iu":
-        raise TypeError(f"draft_tokens: expected integer token ids, got dtype {draft.dtype}")
+    draft = check_ids(draft_tokens, "draft_tokens", 2)
     if draft.shape != (b, k):
         raise ValueError(f"draft_tokens: expected shape {(b, k)}, got {draft.shape}")
-    draft = draft.astype(np.int64)
-    count = np.asarray(num_draft)
-    if count.dtype.kind not in "iu" or count.shape != (b,):
-        raise ValueError(f"num_draft: expected integers of shape {(b,)}, got {count.dtype} {count.shape}")
-    count = count.astype(np.int64)
+    count = check_ids(num_draft, "num_draft", 1)
+    if count.shape != (b,):
+        raise ValueError(f"num_draft: expected shape {(b,)}, got {count.shape}")
     if ((count < 0) | (count > k)).any():
         raise ValueError(f"num_draft: expected counts in [0, {k}]")
     inside = np.arange(k)[None, :] < count[:, None]  # [B, k]

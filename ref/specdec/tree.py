@@ -33,8 +33,9 @@ import numpy as np
 
 from ref.arguments import member
 
-__all__ = ["PAD", "PathRule", "check_parents", "depths", "ancestor_mask", "tree_attention", "tree_links",
-           "parents_from_links", "verify_tree_greedy", "children"]
+__all__ = ["PAD", "PathRule", "check_ids", "check_parents", "depths", "ancestor_mask", "tree_attention", "tree_links",
+           "parents_from_links", "parents_from_choices", "parents_from_topk", "verify_tree_greedy",
+           "children"]
 
 PAD = -1  # an unused output slot, an absent link, the root's parent
 
@@ -46,22 +47,20 @@ class PathRule(enum.Enum):
     FIRST_MATCH = "first_match"  # descend from the root, at each level the first matching child (SGLang)
 
 
-def _int_array(x, name: str, ndim: int) -> np.ndarray:
-    """`x` as an integer array of `ndim` axes (bool and float refused), widened to int64."""
+def check_ids(x, name: str, ndim: int) -> np.ndarray:
+    """`x` as an int32 or int64 array of `ndim` axes (engines' id types; others refused), as int64."""
     a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected an integer array, got dtype {a.dtype}")
+    if a.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{name}: expected an int32 or int64 array, got dtype {a.dtype}")
     if a.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} axes, got shape {a.shape}")
-    if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name}: values past int64")
     return a.astype(np.int64)
 
 
 def check_parents(parents) -> np.ndarray:
     """parents [B, N] as int64 after the checks: N >= 1, parents[:, 0] == -1 and
     0 <= parents[:, i] < i for i >= 1 (a parent before its child: no cycles)."""
-    p = _int_array(parents, "parents", 2)
+    p = check_ids(parents, "parents", 2)
     if p.shape[1] < 1:
         raise ValueError(f"parents: a tree has at least its root (N >= 1), got shape {p.shape}")
     if (p[:, 0] != PAD).any():
@@ -108,7 +107,7 @@ def tree_attention(parents, prefix_lens) -> tuple[np.ndarray, np.ndarray]:
     (prefix_lens[b] + depth): what the target model is run with to score every node
     in one pass. prefix_lens [B]: the committed tokens before the root, >= 0."""
     p = check_parents(parents)
-    lens = _int_array(prefix_lens, "prefix_lens", 1)
+    lens = check_ids(prefix_lens, "prefix_lens", 1)
     _same_shape(lens, "prefix_lens", p.shape[:1])
     if (lens < 0).any():
         raise ValueError("prefix_lens: expected lengths >= 0")
@@ -150,8 +149,8 @@ def parents_from_links(next_token, next_sibling) -> np.ndarray:
     """The parent array [B, N] of trees given as first-child / next-sibling links
     (SGLang's retrieve_next_token and retrieve_next_sibling): the inverse of tree_links.
     Refuses links that do not form a tree numbered parents first."""
-    first = _int_array(next_token, "next_token", 2)
-    sib = _int_array(next_sibling, "next_sibling", 2)
+    first = check_ids(next_token, "next_token", 2)
+    sib = check_ids(next_sibling, "next_sibling", 2)
     _same_shape(sib, "next_sibling", first.shape)
     b, n = first.shape
     parents = np.full((b, n), -2, np.int64)
@@ -169,6 +168,53 @@ def parents_from_links(next_token, next_sibling) -> np.ndarray:
     return check_parents(parents)
 
 
+def parents_from_choices(choices) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """A tree given as Medusa's / EAGLE's `choices` (every node a path of top-k ranks
+    from the root, e.g. [[0], [1], [0, 0]]) as a parent array [N] (N = len(choices) + 1)
+    and the node order: the root, then the paths sorted by (length, path), as Medusa's
+    generate_medusa_buffers orders them. Every prefix of a path must be a choice too."""
+    paths = [tuple(int(r) for r in c) for c in choices]
+    if any(len(c) == 0 or min(c) < 0 for c in paths) or len(set(paths)) != len(paths):
+        raise ValueError("choices: expected distinct non-empty paths of ranks >= 0")
+    order = [()] + sorted(paths, key=lambda c: (len(c), c))
+    index = {c: i for i, c in enumerate(order)}
+    missing = [c for c in paths if c[:-1] not in index]
+    if missing:
+        raise ValueError(f"choices: the prefix of {list(missing[0])} is not a choice")
+    parents = np.array([PAD] + [index[c[:-1]] for c in order[1:]], np.int64)
+    return parents, order
+
+
+def parents_from_topk(parent_list, selected_index, *, topk: int) -> np.ndarray:
+    """EAGLE's (and SGLang's build_tree_kernel_efficient's) tree encoding as parents [B, N].
+
+    The drafter scores `topk` children per expanded node, flattened: candidates
+    [0, topk) are the root's; block t >= 1 (candidates [t*topk, (t+1)*topk)) holds the
+    children of the candidate `parent_list[b, t]`. selected_index [B, N-1]: the chosen
+    candidates, node i = selected_index[i-1]. A node's parent is the root for block 0,
+    else the node whose candidate is parent_list[b, block]; it must have been chosen."""
+    plist = check_ids(parent_list, "parent_list", 2)
+    sel = check_ids(selected_index, "selected_index", 2)
+    if plist.shape[0] != sel.shape[0]:
+        raise ValueError(f"parent_list, selected_index: {plist.shape[0]} and {sel.shape[0]} requests")
+    k = int(topk)
+    if k < 1 or k != topk:
+        raise ValueError(f"topk: expected an integer >= 1, got {topk!r}")
+    b, n = sel.shape[0], sel.shape[1] + 1
+    block = sel // k  # [B, N-1]
+    if (sel < 0).any() or (block >= plist.shape[1]).any():
+        raise ValueError("selected_index: a candidate outside parent_list's blocks")
+    rows = np.arange(b)[:, None]
+    wanted = np.where(block > 0, plist[rows, block], PAD)  # [B, N-1]: the parent's candidate
+    match = sel[:, None, :] == wanted[:, :, None]  # [B, node, candidate position]
+    found = match.any(axis=2)
+    if ((block > 0) & ~found).any():
+        raise ValueError("selected_index: a node whose parent candidate was not selected")
+    parents = np.full((b, n), PAD, np.int64)
+    parents[:, 1:] = np.where(block > 0, np.argmax(match, axis=2) + 1, 0)
+    return check_parents(parents)
+
+
 def verify_tree_greedy(parents, draft_tokens, target_tokens, *,
                        path: str = "longest") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Greedy tree verification.
@@ -180,8 +226,8 @@ def verify_tree_greedy(parents, draft_tokens, target_tokens, *,
     order, -1 after) and num_accepted [B], all int64. `path`: PathRule."""
     rule = member(path, PathRule, "path")
     p = check_parents(parents)
-    draft = _int_array(draft_tokens, "draft_tokens", 2)
-    target = _int_array(target_tokens, "target_tokens", 2)
+    draft = check_ids(draft_tokens, "draft_tokens", 2)
+    target = check_ids(target_tokens, "target_tokens", 2)
     _same_shape(draft, "draft_tokens", p.shape)
     _same_shape(target, "target_tokens", p.shape)
     b, n = p.shape

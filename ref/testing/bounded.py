@@ -119,10 +119,12 @@ def compare_bounded(
     wild = finite & ~np.isfinite(a)
     if special_bad.any() or wild.any():
         idx = tuple(int(i) for i in np.argwhere(special_bad | wild)[0])
-        return Comparison(False, e.size, int((special_bad | wild).sum()), np.inf, unit, part=part,
+        n = int((special_bad | wild).sum())
+        return Comparison(False, e.size, n, np.inf, unit, part=part,
                           first=Mismatch(idx, repr(float(e[idx])), repr(float(a[idx])),
                                          float_bits(e[idx], np.float64), float_bits(a[idx], a_dtype)),
-                          problem=None)
+                          problem=f"{n} of {e.size} elements are NaN or infinite where the oracle's are finite, "
+                                  f"or miss the oracle's NaN or infinity (no tolerance applies)")
     if not finite.any():
         return Comparison(True, e.size, 0, 0.0, unit, 0.0, part=part)
     with np.errstate(invalid="ignore"):

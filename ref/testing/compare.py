@@ -211,8 +211,9 @@ def compare_exact(expected: ArrayLike, actual: ArrayLike, *, fmt: str | FloatFor
     i = _first(bad)
     e, a = int(expected[i]), int(actual[i])
     width = 8 * expected.dtype.itemsize
-    first = Mismatch(i, str(e), str(a), format(e & ((1 << width) - 1), f"0{width}b"),
-                     format(a & ((1 << width) - 1), f"0{width}b"))
+    hexed = (None, None) if expected.dtype == np.bool_ else tuple(
+        f"0x{v & ((1 << width) - 1):0{width // 4}x}" for v in (e, a))  # two's complement, its own width
+    first = Mismatch(i, str(e), str(a), *hexed)
     return Comparison(False, expected.size, int(bad.sum()), float(diff[bad].max()), unit, first=first)
 
 

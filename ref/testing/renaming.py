@@ -88,6 +88,8 @@ class Renaming:
         return problem
 
     def _match(self, e: Any, a: Any, at: tuple[str, ...], where: str, places, bound) -> str | None:
+        if at in places and (e is None or a is None):  # null is no id: it matches only null
+            return None if e is None and a is None else f"{where}: expected {_key(e)}, got {_key(a)}"
         if at in places:
             ek, ak = _key(e), _key(a)
             if ek in bound or ek in self.forward:

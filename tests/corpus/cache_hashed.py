@@ -291,6 +291,235 @@ class AppendCapacityOffByOne(P.PrefixCache):
         return {"blocks": new, "evicted": gone}
 
 
+# ------------------------------------------------------------------ refusals that change state (issue 12)
+# Each refuses the step the reference refuses, but changes something first; the
+# golden traces go on after the refusal and probe it.
+
+def _begin(cache, request_id, tokens, lora_name, lora_path, cache_salt):
+    """allocate's checks and lookup, as the product does them: (lora, chain, hits, new blocks needed)."""
+    cache._check(tokens, lora_name, lora_path, cache_salt)
+    if type(request_id) is not str or request_id in cache.reqs or not tokens:
+        raise ValueError("request_id: new, and tokens: not empty")
+    lora = (lora_name, lora_path or "") if lora_name else None
+    chain = cache._chain(tokens, lora, cache_salt)
+    got = cache._hit(chain, len(tokens))
+    return lora, chain, got, (len(tokens) + cache.B - 1) // cache.B - len(got)
+
+
+def _touch(cache, got):
+    for b in got:
+        cache.free_q.pop(b, None)
+        cache.refs[b] += 1
+
+
+def _finish(cache, request_id, tokens, lora, salt, chain, got, new, gone):
+    """The request registered with its table, its full blocks cached."""
+    r = cache.reqs[request_id] = {"tokens": list(tokens), "blocks": got + new, "chain": chain, "cached": len(got),
+                                  "lora": lora, "salt": salt}
+    cache._store(r)
+    return {"hit_tokens": cache.B * len(got), "blocks": list(r["blocks"]), "evicted": gone}
+
+
+class HitsTouchedBeforeCapacity(P.PrefixCache):
+    """The hits touched before the capacity check, which then counts only the new blocks: a refused
+    request leaves its hit blocks out of the free queue, their counts raised (vLLM's allocate_slots
+    has touched computed blocks before checking in some releases)."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        lora, chain, got, need = _begin(self, request_id, tokens, lora_name, lora_path, cache_salt)
+        _touch(self, got)
+        if need > len(self.free_q):
+            raise ValueError("tokens: not enough free blocks")
+        return _finish(self, request_id, tokens, lora, cache_salt, chain, got, *self._take(need))
+
+
+class HitsRequeuedAtBack(P.PrefixCache):
+    """Hits touched before the capacity check and released again on refusal, the way free releases
+    them: at the queue's back, so a refused request refreshes its prefix in the LRU."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        lora, chain, got, need = _begin(self, request_id, tokens, lora_name, lora_path, cache_salt)
+        _touch(self, got)
+        if need > len(self.free_q):
+            for b in got:
+                self.refs[b] -= 1
+                if not self.refs[b]:
+                    self.free_q[b] = None
+            raise ValueError("tokens: not enough free blocks")
+        return _finish(self, request_id, tokens, lora, cache_salt, chain, got, *self._take(need))
+
+
+class NewBlocksTakenOneByOne(P.PrefixCache):
+    """No capacity check up front: the hits touched, then new blocks popped one at a time, refused when
+    the queue runs dry, and every block already taken kept (the popped ones' hashes evicted)."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        lora, chain, got, need = _begin(self, request_id, tokens, lora_name, lora_path, cache_salt)
+        _touch(self, got)
+        new, gone = [], []
+        for _ in range(need):
+            if not self.free_q:
+                raise ValueError("tokens: the free queue ran out")
+            taken, dropped = self._take(1)
+            new += taken
+            gone += dropped
+        return _finish(self, request_id, tokens, lora, cache_salt, chain, got, new, gone)
+
+
+class EvictedBeforeCapacity(P.PrefixCache):
+    """The blocks to reuse popped (their hashes dropped) before the capacity check; refused, they go
+    back to the queue's front in order, but the cached prefixes they held are lost."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        lora, chain, got, need = _begin(self, request_id, tokens, lora_name, lora_path, cache_salt)
+        if need + sum(b in self.free_q for b in got) > len(self.free_q):
+            taken, _ = self._take(min(need, len(self.free_q)))
+            for b in reversed(taken):
+                self.refs[b] = 0
+                self.free_q[b] = None
+                self.free_q.move_to_end(b, last=False)
+            raise ValueError("tokens: not enough free blocks")
+        _touch(self, got)
+        return _finish(self, request_id, tokens, lora, cache_salt, chain, got, *self._take(need))
+
+
+class RegisteredBeforeCapacity(P.PrefixCache):
+    """The request registered (an empty table) before the capacity check: refused, its id stays
+    taken, so the retried request is refused as a duplicate."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        lora, chain, got, need = _begin(self, request_id, tokens, lora_name, lora_path, cache_salt)
+        self.reqs[request_id] = {"tokens": [], "blocks": [], "chain": [], "cached": 0, "lora": lora,
+                                 "salt": cache_salt}
+        if need + sum(b in self.free_q for b in got) > len(self.free_q):
+            raise ValueError("tokens: not enough free blocks")
+        del self.reqs[request_id]
+        return super().allocate(request_id, tokens, lora_name, lora_path, cache_salt)
+
+
+class AppendTokensFirst(P.PrefixCache):
+    """append records the decoded tokens before the capacity check: refused, the request is longer
+    than its table, and its next append or cached block is wrong."""
+
+    def append(self, request_id, tokens):
+        self._check(tokens)
+        if request_id not in self.reqs:
+            raise ValueError("request_id: unknown")
+        r = self.reqs[request_id]
+        r["tokens"] += tokens
+        need = (len(r["tokens"]) + self.B - 1) // self.B - len(r["blocks"])
+        if need > len(self.free_q):
+            raise ValueError("tokens: not enough free blocks")
+        new, gone = self._take(need)
+        r["blocks"] += new
+        r["chain"] = self._chain(r["tokens"], r["lora"], r["salt"])
+        self._store(r)
+        return {"blocks": new, "evicted": gone}
+
+
+class AppendKeepsTakenBlocks(P.PrefixCache):
+    """append pops its new blocks one at a time into the request's table and refuses when the queue
+    runs dry, keeping those it took."""
+
+    def append(self, request_id, tokens):
+        self._check(tokens)
+        if request_id not in self.reqs:
+            raise ValueError("request_id: unknown")
+        r = self.reqs[request_id]
+        need = (len(r["tokens"]) + len(tokens) + self.B - 1) // self.B - len(r["blocks"])
+        new, gone = [], []
+        for _ in range(max(need, 0)):
+            if not self.free_q:
+                raise ValueError("tokens: the free queue ran out")
+            taken, dropped = self._take(1)
+            r["blocks"] += taken
+            new += taken
+            gone += dropped
+        r["tokens"] += tokens
+        r["chain"] = self._chain(r["tokens"], r["lora"], r["salt"])
+        self._store(r)
+        return {"blocks": new, "evicted": gone}
+
+
+class TokensCheckedWhileCaching(P.PrefixCache):
+    """allocate checks each block's tokens only as it hashes and caches the block, after the blocks
+    were taken: a bad token in a later block refuses the request, but its blocks stay taken and the
+    valid full blocks before it stay cached."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        bad = next((i for i, t in enumerate(tokens) if type(t) is int and t < 0), None) \
+            if type(tokens) is list else None
+        if bad is None or bad < self.B:
+            return super().allocate(request_id, tokens, lora_name, lora_path, cache_salt)
+        lora, chain, got, need = _begin(self, request_id, tokens[:bad], lora_name, lora_path, cache_salt)
+        need = (len(tokens) + self.B - 1) // self.B - len(got)
+        if need > len(self.free_q):
+            raise ValueError("tokens: not enough free blocks")
+        _touch(self, got)
+        new, _ = self._take(need)
+        self._store({"tokens": tokens[:bad], "blocks": got + new, "chain": chain, "cached": len(got)})
+        raise ValueError(f"tokens: {tokens[bad]} at {bad} is negative")
+
+
+class LiveIdCheckedLate(P.PrefixCache):
+    """A live request id checked only when the table is stored, after the hits were touched and the
+    new blocks taken: a second allocate of a live id is refused, its blocks kept."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        if type(request_id) is not str or request_id not in self.reqs:
+            return super().allocate(request_id, tokens, lora_name, lora_path, cache_salt)
+        saved, self.reqs = self.reqs, {}
+        try:
+            lora, chain, got, need = _begin(self, request_id, tokens, lora_name, lora_path, cache_salt)
+        finally:
+            self.reqs = saved
+        if need + sum(b in self.free_q for b in got) > len(self.free_q):
+            raise ValueError("tokens: not enough free blocks")
+        _touch(self, got)
+        self._take(need)
+        raise ValueError(f"request_id: {request_id!r} is already allocated")
+
+
+class UnknownIdRegistered(P.PrefixCache):
+    """Requests kept in a defaultdict: free or append of an unknown id refuses (no blocks) but leaves
+    an empty entry, so that id's later allocate is refused as a duplicate (and its free accepted)."""
+
+    def free(self, request_id):
+        if type(request_id) is str and not self.reqs.get(request_id, {}).get("blocks"):
+            self.reqs.setdefault(request_id, {"tokens": [], "blocks": [], "chain": [], "cached": 0, "lora": None,
+                                              "salt": None})
+            raise ValueError("request_id: unknown")
+        super().free(request_id)
+
+    def append(self, request_id, tokens):
+        if type(request_id) is str and not self.reqs.get(request_id, {}).get("blocks"):
+            self.reqs.setdefault(request_id, {"tokens": [], "blocks": [], "chain": [], "cached": 0, "lora": None,
+                                              "salt": None})
+            raise ValueError("request_id: unknown")
+        return super().append(request_id, tokens)
+
+
+class LoraPathCheckedLate(P.PrefixCache):
+    """A LoRA path without a name found only when the request is stored, after its blocks were taken
+    (hits touched, new blocks popped): refused, they stay taken."""
+
+    def allocate(self, request_id, tokens, lora_name=None, lora_path=None, cache_salt=None):
+        if not (type(lora_path) is str and lora_path and not lora_name):
+            return super().allocate(request_id, tokens, lora_name, lora_path, cache_salt)
+        lora, chain, got, need = _begin(self, request_id, tokens, None, None, cache_salt)
+        if need + sum(b in self.free_q for b in got) > len(self.free_q):
+            raise ValueError("tokens: not enough free blocks")
+        _touch(self, got)
+        self._take(need)
+        raise ValueError("lora_path: without lora_name")
+
+
+# the prefix caches above that refuse as the reference does but change state first (issue 12)
+STATE_CHANGING_REFUSALS = (HitsTouchedBeforeCapacity, HitsRequeuedAtBack, NewBlocksTakenOneByOne,
+                           EvictedBeforeCapacity, RegisteredBeforeCapacity, AppendTokensFirst, AppendKeepsTakenBlocks,
+                           TokensCheckedWhileCaching, LiveIdCheckedLate, UnknownIdRegistered, LoraPathCheckedLate)
+
+
 H, C = "cache.block_hash", "cache.prefix_blocks"
 HASHED_BUGS = {
     "unchained block hash": (H, "HashChain", _unchained),
@@ -316,6 +545,18 @@ HASHED_BUGS = {
     "LoRA path without a name accepted": (C, "InvalidInput", LoraPathWithoutName),
     "empty prompt accepted": (C, "InvalidInput", EmptyPromptAccepted),
     "append capacity check off by one": (C, "InvalidInput", AppendCapacityOffByOne),
+    # refusals that change state (issue 12): caught by the traces that go on after a refusal
+    "hits touched before the capacity check": (C, "Leak", HitsTouchedBeforeCapacity),
+    "refused hits requeued at the back": (C, "EvictionOrder", HitsRequeuedAtBack),
+    "new blocks taken one by one, kept on refusal": (C, "Leak", NewBlocksTakenOneByOne),
+    "hashes evicted by a refused allocate": (C, "LazyEviction", EvictedBeforeCapacity),
+    "request registered before the capacity check": (C, "RefusedState", RegisteredBeforeCapacity),
+    "append's tokens recorded before the capacity check": (C, "RefusedState", AppendTokensFirst),
+    "append keeps the blocks it took": (C, "Leak", AppendKeepsTakenBlocks),
+    "bad token found while caching: the valid prefix cached": (C, "RefusedState", TokensCheckedWhileCaching),
+    "live request id checked after its blocks are taken": (C, "Leak", LiveIdCheckedLate),
+    "unknown id registered by a refused free": (C, "RefusedState", UnknownIdRegistered),
+    "LoRA path checked after the blocks are taken": (C, "RefusedState", LoraPathCheckedLate),
 }
 
 

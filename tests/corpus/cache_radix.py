@@ -311,6 +311,129 @@ class FractionalEvict(RadixCache):
         return super().evict(num_tokens)
 
 
+# --- issue 12: refusals that change the cache. Each refuses what the reference refuses, but
+# only after doing part of the work; the traces go on past the refusal and show it.
+
+
+def _first_bad(tokens):
+    """The index of the first token that is not an id >= 0 (None: all good, or not a list)."""
+    if not isinstance(tokens, (list, tuple)):
+        return None
+    return next((k for k, t in enumerate(tokens) if isinstance(t, bool) or not isinstance(t, int) or t < 0), None)
+
+
+class InsertCachesValidPrefix(RadixCache):
+    """An insert that reads its tokens as it stores them: the whole pages before the first
+    bad token are cached (the path touched, its hits counted) before it refuses."""
+
+    def insert(self, tokens, extra_key=None, priority=0):
+        bad = _first_bad(tokens)
+        if bad is not None:
+            super().insert(list(tokens[:bad]), extra_key, priority)
+        return super().insert(tokens, extra_key, priority)
+
+
+class InsertWalksBeforeTokenCheck(RadixCache):
+    """An insert that walks the cached part of its key (touching, counting hits, raising
+    priorities, splitting) and refuses when it reaches a bad token, creating nothing."""
+
+    def insert(self, tokens, extra_key=None, priority=0):
+        bad = _first_bad(tokens)
+        if bad is not None:
+            key, extra = self._aligned(tuple(tokens[:bad])), _extra(extra_key)
+            level = integer(priority, "priority")
+            now = self._tick()
+            self.root.priority = max(self.root.priority, level)
+
+            def on_node(node):
+                node.priority = max(node.priority, level)
+                node.hits += 1
+
+            if key:
+                self._walk(key, extra, now, on_node)
+        return super().insert(tokens, extra_key, priority)
+
+
+class PriorityCheckedLate(RadixCache):
+    """An insert that walks its key (touching and counting hits) before it checks the
+    priority, which it needs only for the nodes it updates and creates."""
+
+    def insert(self, tokens, extra_key=None, priority=0):
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            key, extra = self._aligned(_tokens(tokens, "tokens")), _extra(extra_key)
+            now = self._tick()
+            if key:
+                self._walk(key, extra, now, lambda node: setattr(node, "hits", node.hits + 1))
+        return super().insert(tokens, extra_key, priority)
+
+
+class MatchWalksBeforeCheck(RadixCache):
+    """match_prefix walks the key as far as it matches (touching and splitting) and
+    checks the tokens after: a bad token stops the walk, then the match is refused."""
+
+    def match_prefix(self, tokens, extra_key=None):
+        bad = _first_bad(tokens)
+        if bad is not None:
+            key, extra = self._aligned(tuple(tokens[:bad])), _extra(extra_key)
+            now = self._tick()
+            if key:
+                self._walk(key, extra, now)
+        return super().match_prefix(tokens, extra_key)
+
+
+class UnlockReleasesBeforeCheck(RadixCache):
+    """unlock releases the path (dec_lock_ref) and only then finds no lock was taken on
+    the node: a descendant's lock loses its hold on the path, or counts go negative."""
+
+    def unlock(self, node):
+        x = self._node(node)
+        if self._held.get(x.handle, 0) == 0:
+            while x is not self.root:
+                if x.lock_ref == 1:
+                    self._evictable += len(x.tokens)
+                    self._protected -= len(x.tokens)
+                x.lock_ref -= 1
+                x = x.parent
+        return super().unlock(node)
+
+
+class LockThroughEvictedNode(RadixCache):
+    """Handles stay bound to node objects after eviction (as SGLang's are); lock walks up
+    from an evicted node's stale parent pointer, locking its live ancestors, and checks
+    after the walk that the node itself is gone."""
+
+    def __init__(self, page_size=1, policy="lru"):
+        super().__init__(page_size, policy)
+        self._gone = {}
+
+    def evict(self, num_tokens):
+        before = dict(self._nodes)
+        out = super().evict(num_tokens)
+        self._gone.update((h, before[h]) for h in out["nodes"])
+        return out
+
+    def lock(self, node):
+        x = self._gone.get(node) if isinstance(node, int) else None
+        if x is not None:
+            while x is not self.root:
+                if x.lock_ref == 0 and x.handle in self._nodes:
+                    self._evictable -= len(x.tokens)
+                    self._protected += len(x.tokens)
+                x.lock_ref += 1
+                x = x.parent
+        return super().lock(node)
+
+
+class EvictCountCheckedLate(RadixCache):
+    """evict frees leaves while it has freed less than asked, and checks that the count is
+    an integer only when it reports it: a fractional count is refused after freeing."""
+
+    def evict(self, num_tokens):
+        if isinstance(num_tokens, float) and num_tokens > 0 and math.isfinite(num_tokens):
+            super().evict(math.ceil(num_tokens))
+        return super().evict(num_tokens)
+
+
 RADIX_BUGS = {
     "evicting a locked node": (LockedEvicted, "LockedEvicted"),
     "lock not propagated to ancestors": (LockNotPropagated, "LockedEvicted"),
@@ -334,6 +457,13 @@ RADIX_BUGS = {
     "unlock checks the lock count, not the locks taken": (UnlockByCount, "LockCount"),
     "unlocking the root refused": (UnlockRootRefused, "LockCount"),
     "fractional num_tokens accepted by evict": (FractionalEvict, "InvalidInput"),
+    "refused insert caches its valid pages": (InsertCachesValidPrefix, "PrefixLength"),
+    "refused insert walks its path": (InsertWalksBeforeTokenCheck, "Policy"),
+    "insert checks its priority after walking": (PriorityCheckedLate, "LruAccess"),
+    "refused match walks and splits": (MatchWalksBeforeCheck, "SplitOffset"),
+    "refused unlock releases the path": (UnlockReleasesBeforeCheck, "LockCount"),
+    "refused lock of an evicted node locks its old ancestors": (LockThroughEvictedNode, "LockCount"),
+    "refused evict frees first": (EvictCountCheckedLate, "RadixRefusal"),
 }
 
 

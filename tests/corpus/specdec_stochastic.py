@@ -83,8 +83,11 @@ def inverse_philox(target_probs, draft_tokens, num_draft, greedy, draft_probs=No
             w = np.maximum(qj - pj, 0.0)
         else:
             w = np.maximum(pj - qj, 0.0)
-        w = np.where((w > 0).any(axis=1)[:, None], w, pj)
+        empty = ~(w > 0).any(axis=1)
+        w = np.where(empty[:, None], pj, w)
         rec = _inverse_cdf(w, rng.random(b), normalize=bug != "residual not renormalized")
+        if bug == "zero-mass residual gives token 0":
+            rec = np.where(empty, 0, rec)
         if bug == "acceptance length off by one":
             out[reject, j] = t[reject]
             spill = reject & (j + 1 < k1)
@@ -132,6 +135,7 @@ SPECDEC_RNG_BUGS = {
     "one uniform per request": (bug("one uniform per request"), BOTH, "RngShared"),
     "padding read as the last token": (bug("padding read as the last token"), BOTH, "RngPadding"),
     "zero draft probability accepted": (bug("zero draft probability accepted"), {}, "RngZeroDraft"),
+    "zero-mass residual gives token 0": (bug("zero-mass residual gives token 0"), {}, "RngZeroResidual"),
 }
 
 

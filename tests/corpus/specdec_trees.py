@@ -340,5 +340,3 @@ def bug(name: str) -> Implementation:
     op, _, kernel = TREE_BUGS[name]
     return Implementation(f"bug: {name}", {op: kernel}, variants={op: K.VARIANTS[op]} if op in K.VARIANTS else {})
 
-
-CORRECT = {"numpy token trees": partial(Implementation, "numpy token trees", K.OPS, variants=K.VARIANTS)}

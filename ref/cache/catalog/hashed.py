@@ -38,8 +38,14 @@ FLAGS = {
                  "the pool shrinks until every request is refused"),
     "EvictionOrder": Flag("the free queue in the wrong order: by insertion not last use, head first not tail first, "
                           "unhashed blocks appended", "useful prefixes evicted before stale ones"),
-    "LazyEviction": Flag("a freed block's hash dropped at free (or never dropped at reuse)",
+    "LazyEviction": Flag("a freed block's hash dropped before the block is reused (at free, or by a refused "
+                         "request), or never dropped at reuse",
                          "no reuse after a request ends, or a reused block still served as the old prefix"),
+    "RefusedState": Flag("a refused allocate, append or free that changed the state before refusing: hit blocks "
+                         "touched, new blocks taken, hashes evicted, the request registered, its tokens recorded, "
+                         "a valid prefix cached",
+                         "every refused request (a full pool, a bad token) leaks blocks, loses cached prefixes or "
+                         "blocks its id: the pool degrades under load"),
 }
 
 HASH = Variant("hash_function", HashFunction, HashFunction.SHA256_CBOR,
@@ -214,18 +220,97 @@ def _traces() -> list[TraceSpec]:
         TraceSpec("an append needing one block more than are free is refused", ("InvalidInput",),
                   ((A, {"request_id": "a", "tokens": _p(4)}), (A, {"request_id": "b", "tokens": _p(4, 50)}),
                    (P, {"request_id": "a", "tokens": _p(5, 4)})), params={"num_blocks": 4}, result="invalid"),
+        # issue 12: a refusal in the middle of a trace, then the state it could have corrupted probed
+        TraceSpec("a refused allocate touches no hit, takes no block, evicts no hash and registers no request",
+                  ("RefusedState", "Leak", "EvictionOrder", "LazyEviction"),
+                  ((A, {"request_id": "a", "tokens": _p(9)}), (A, {"request_id": "x", "tokens": _p(5, 60)}),
+                   (F, {"request_id": "a"}), (F, {"request_id": "x"}), (Q, {}),
+                   (A, {"request_id": "b", "tokens": _p(8) + _p(20, 50)}),
+                   (Q, {}), (N, {}), (L, {"tokens": _p(9)}), (A, {"request_id": "b", "tokens": _p(9)}), (Q, {})),
+                  params={"num_blocks": 7}, result="invalid", refused=(6,)),
+        TraceSpec("a refused allocate with no hit takes no block: the next request gets the free ones",
+                  ("RefusedState", "Leak"),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (A, {"request_id": "b", "tokens": _p(16, 50)}),
+                   (N, {}), (A, {"request_id": "c", "tokens": _p(12, 80)}), (N, {})),
+                  params={"num_blocks": 6}, result="invalid", refused=(2,)),
+        TraceSpec("a refused allocate evicts nothing: the freed prefix still hits after it",
+                  ("RefusedState", "LazyEviction"),
+                  ((A, {"request_id": "a", "tokens": _p(8)}), (F, {"request_id": "a"}),
+                   (A, {"request_id": "b", "tokens": _p(20, 50)}), (Q, {}), (L, {"tokens": _p(9)}),
+                   (A, {"request_id": "c", "tokens": _p(9)})),
+                  params={"num_blocks": 5}, result="invalid", refused=(3,)),
+        TraceSpec("a refused append takes no block and records no token", ("RefusedState", "Leak"),
+                  ((A, {"request_id": "a", "tokens": _p(4)}), (A, {"request_id": "b", "tokens": _p(4, 50)}),
+                   (P, {"request_id": "a", "tokens": _p(5, 4)}), (N, {}),
+                   (P, {"request_id": "a", "tokens": [4, 5, 6]}), (P, {"request_id": "a", "tokens": [7]}),
+                   (F, {"request_id": "a"}), (Q, {}), (L, {"tokens": _p(9)})),
+                  params={"num_blocks": 4}, result="invalid", refused=(3,)),
+        TraceSpec("a prompt with a bad token in a later block is refused before any block is taken or cached",
+                  ("RefusedState", "Leak", "FullBlocksOnly"),
+                  ((A, {"request_id": "a", "tokens": _p(4, 50)}),
+                   (A, {"request_id": "b", "tokens": _p(9) + [-1, 3]}), (N, {}), (L, {"tokens": _p(9)}),
+                   (A, {"request_id": "c", "tokens": _p(9)}), (N, {})),
+                  result="invalid", refused=(2,)),
+        TraceSpec("a second allocate of a live request id is refused before its hits are touched",
+                  ("RefusedState", "Leak"),
+                  ((A, {"request_id": "a", "tokens": sys16 + [1]}), (A, {"request_id": "a", "tokens": sys16 + [2]}),
+                   (N, {}), (F, {"request_id": "a"}), (Q, {}), (N, {})),
+                  result="invalid", refused=(2,)),
+        TraceSpec("freeing an unknown request registers nothing: the id is allocated after it", ("RefusedState",),
+                  ((A, {"request_id": "a", "tokens": _p(5)}), (F, {"request_id": "b"}),
+                   (P, {"request_id": "c", "tokens": [1]}),
+                   (A, {"request_id": "b", "tokens": _p(5)}), (A, {"request_id": "c", "tokens": _p(5, 20)}),
+                   (F, {"request_id": "b"}), (N, {})),
+                  result="invalid", refused=(2, 3)),
+        TraceSpec("a LoRA path without a name is refused before any block is taken", ("RefusedState", "InvalidInput"),
+                  ((A, {"request_id": "a", "tokens": _p(9)}),
+                   (A, {"request_id": "b", "tokens": _p(9), "lora_path": "/p"}), (N, {}),
+                   (A, {"request_id": "b", "tokens": _p(9)}), (N, {})),
+                  result="invalid", refused=(2,)),
     ]
 
 
-_DRAW = st.tuples(st.integers(0, 5), st.integers(0, 3), st.integers(1, 14), st.integers(0, 2), st.integers(0, 7))
+# (which step, a prompt family, a length, the extra keys, a pick, which refusal): which == 6 (one step in
+# seven) is a step the reference refuses, drawn once the cache has state, so the search meets refusals in
+# the middle of a trace and the steps after them show a refusal that changed something
+_DRAW = st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(1, 14), st.integers(0, 2), st.integers(0, 7),
+                  st.integers(0, 5))
+_EXTRAS = ({}, {"cache_salt": "s"}, {"lora_name": "l", "lora_path": "/l"})
+
+
+def _refusal(cache: PrefixBlockCache, live: list[str], tokens: list[int], extra: int, pick: int, kind: int):
+    """A step the reference refuses: a prompt longer than the pool can hold whatever it hits (its first
+    blocks likely cached: hits to touch, blocks to evict), a live id allocated again, an append past the
+    free blocks, a bad token in a later block, an idle id freed or appended to, a LoRA path alone or an
+    empty prompt."""
+    extras = _EXTRAS[extra]
+    if kind == 0 or (kind in (1, 2) and not live):
+        long = tokens + [1000 + i for i in range(len(tokens), 2 * cache.num_blocks * cache.block_size)]
+        return "allocate", {"request_id": f"r{pick}", "tokens": long, **extras}
+    if kind == 1:
+        return "allocate", {"request_id": live[pick % len(live)], "tokens": tokens, **extras}
+    if kind == 2:
+        too_many = [7] * (cache.num_free() + 1) * cache.block_size
+        return "append", {"request_id": live[pick % len(live)], "tokens": too_many}
+    if kind == 3:
+        return "allocate", {"request_id": f"r{pick}", "tokens": tokens + [-1] + tokens, **extras}
+    if kind == 4:  # an id not live now, which a later allocate may well use
+        idle = [r for r in (f"r{i}" for i in range(8)) if r not in live]
+        rid = idle[pick % len(idle)] if idle else "u"
+        return ("free", {"request_id": rid}) if extra else ("append", {"request_id": rid, "tokens": [1]})
+    if extra:
+        return "allocate", {"request_id": f"r{pick}", "tokens": tokens, "lora_path": "/l"}
+    return "allocate", {"request_id": f"r{pick}", "tokens": []}
 
 
 def _step(cache: PrefixBlockCache, draw) -> tuple[str, dict]:
-    which, prefix, length, extra, pick = draw
+    which, prefix, length, extra, pick, kind = draw
     live = cache.requests()
     tokens = [prefix * 10 + (i % 3 if prefix else i) for i in range(length)]  # few prefixes: many hits
-    extras = [{}, {"cache_salt": "s"}, {"lora_name": "l", "lora_path": "/l"}][extra]
-    if which in (0, 1):
+    extras = _EXTRAS[extra]
+    if which == 6 and (live or cache.snapshot()["cached"]):
+        return _refusal(cache, live, tokens, extra, pick, kind)
+    if which in (0, 1, 6):
         return "allocate", {"request_id": f"r{pick}", "tokens": tokens, **extras}
     if which == 2 and live:
         return "free", {"request_id": live[pick % len(live)]}
@@ -233,7 +318,19 @@ def _step(cache: PrefixBlockCache, draw) -> tuple[str, dict]:
         return "append", {"request_id": live[pick % len(live)], "tokens": tokens[:pick % 5 + 1]}
     if which == 4:
         return "lookup", {"tokens": tokens, **extras}
-    return "free_queue", {}
+    return ("num_free", {}) if pick % 3 == 0 else ("free_queue", {})
+
+
+def _snapshot(cache):
+    """The reference's state as JSON, with what its own snapshot leaves out and a refusal
+    could still corrupt: each request's token count (an append's tokens recorded before
+    its check), the blocks holding each hash in the order a hit picks them, the hit
+    tokens served. The generator compares it before and after every refused step."""
+    if not isinstance(cache, PrefixBlockCache):
+        return cache.snapshot() if hasattr(cache, "snapshot") else repr(cache)
+    return {**cache.snapshot(), "tokens": {k: len(v["tokens"]) for k, v in cache._requests.items()},
+            "holders": {h.hex()[:12]: list(b) for h, b in cache._cached.items() if len(b) > 1},
+            "served": cache.tokens_served()}
 
 
 OPERATIONS = [
@@ -249,7 +346,7 @@ OPERATIONS = [
                                                       variant_params(supported, only=("hash_function", "free_order"))).map(
                      lambda t: {"num_blocks": t[0], "block_size": t[1], **t[2]}),
                  steps=lambda cache: _DRAW.map(lambda d: _step(cache, d)),
-                 snapshot=lambda cache: cache.snapshot() if hasattr(cache, "snapshot") else repr(cache),
+                 snapshot=_snapshot,
                  identifiers=("lookup.observation.blocks[*]", "allocate.observation.blocks[*]",
                               "append.observation.blocks[*]", "free_queue.observation[*]"),
                  max_steps=25),

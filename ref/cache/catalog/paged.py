@@ -9,6 +9,7 @@ The block manager (the stateful op) is in ref.cache.catalog.block_manager.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from ref.cache.catalog.common import AREA
 from ref.cache.paged import Layout, paged_kv_indices, reshape_and_cache, slot_mapping
 from ref.testing.catalog_types import Flag, Variant, seed_for
-from ref.testing.compare import Comparison, compare_exact, compare_parts
+from ref.testing.compare import Comparison, Mismatch, compare_exact, compare_parts
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.params import variant_params
 from ref.testing.vector_files import Case, VectorSpec
@@ -229,7 +230,17 @@ def compare_bits(expected, actual) -> Comparison:
         return Comparison(False, expected.size, expected.size, np.inf, "bits",
                           problem=f"dtype: expected {expected.dtype}, got {actual.dtype}")
     unsigned = f"u{expected.dtype.itemsize}"
-    return compare_exact(expected.view(unsigned), actual.view(unsigned))
+    cmp = compare_exact(expected.view(unsigned), actual.view(unsigned))
+    if cmp.ok or cmp.first is None:
+        return cmp
+    # the values as floats where they are floats, and the worst distance as differing bits
+    i, width = cmp.first.index, 2 * expected.dtype.itemsize
+    shown = [repr(x.item()) if expected.dtype.kind == "f" else str(x.item()) for x in (expected[i], actual[i])]
+    raw = [int(x.view(unsigned)) for x in (expected[i], actual[i])]
+    flips = np.bitwise_xor(expected.view(unsigned), actual.view(unsigned)).astype(np.uint64)
+    most = max(bin(int(x)).count("1") for x in np.unique(flips))
+    return replace(cmp, worst=float(most), unit="differing bits",
+                   first=Mismatch(i, *shown, *(f"0x{r:0{width}x}" for r in raw)))
 
 
 def _cache_format(name: str, arr: np.ndarray) -> str | None:

@@ -194,7 +194,7 @@ def _case_flags(case) -> tuple[str, ...]:
 
 OPERATIONS = [
     AREA.bounded(
-        "paged_attention", paged_attention, anchor="paged_attention",
+        "paged_attention", paged_attention, anchor="paged-attention",
         summary="attention over keys and values read through block tables -> (out, lse)",
         vectors=_vectors, examples=paged_attention_cases, outputs=("out", "lse"),
         emulate=_emulate, bounds=OUT_LSE, case_flags=_case_flags),

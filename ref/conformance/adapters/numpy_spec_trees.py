@@ -29,8 +29,8 @@ TOL = 1e-5
 
 def ints(x, name: str, ndim: int) -> np.ndarray:
     a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name}: integer array expected, got {a.dtype}")
+    if a.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{name}: int32/int64 expected, got {a.dtype}")
     if a.ndim != ndim:
         raise ValueError(f"{name}: {ndim} axes expected, got {a.shape}")
     return a.astype(np.int64)

@@ -15,7 +15,7 @@ import numpy as np
 NAME = "numpy Gumbel-max speculative sampler"
 VERSION = np.__version__
 
-_TOLERANCE = 1e-5
+_TOLERANCE = 1e-4
 
 
 def _check_rows(name, rows, used):

@@ -171,13 +171,26 @@ class GuardedRadix(SGLangRadix):
             node = node.parent
         return True
 
+    @staticmethod
+    def _check(tokens, extra_key=None):
+        if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0
+                                               for t in tokens):
+            raise ValueError(f"tokens: expected a list of non-negative token ids, got {tokens!r}")
+        if extra_key is not None and not isinstance(extra_key, str):
+            raise TypeError(f"extra_key: expected a string or None, got {extra_key!r}")
+
     def insert(self, tokens, extra_key=None, priority=0):
-        if any(t < 0 for t in tokens):
-            raise ValueError(f"tokens: negative token id in {tokens}")
+        self._check(tokens, extra_key)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority: expected an int, got {priority!r}")
         return super().insert(tokens, extra_key, priority)
 
+    def match_prefix(self, tokens, extra_key=None):
+        self._check(tokens, extra_key)
+        return super().match_prefix(tokens, extra_key)
+
     def lock(self, node):
-        if node not in self.nodes or not self._alive(self.nodes[node]):
+        if isinstance(node, bool) or node not in self.nodes or not self._alive(self.nodes[node]):
             raise ValueError(f"node: {node} is not in the cache")
         self.held[node] = self.held.get(node, 0) + 1
         return super().lock(node)
@@ -189,7 +202,7 @@ class GuardedRadix(SGLangRadix):
         return super().unlock(node)
 
     def evict(self, num_tokens):
-        if num_tokens < 0:
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
             raise ValueError(f"num_tokens: expected >= 0, got {num_tokens}")
         return super().evict(num_tokens)
 

@@ -15,7 +15,7 @@
 Run (spec/cache.md, "Engines"):
   python -m ref conform --impl ref.conformance.adapters.vllm_prefix \
       --xfails-file ref/conformance/adapters/vllm_prefix.xfails --ops 'cache.*'
-in a virtual environment with vLLM 0.33.0 installed as PEERS.md's VLLM recipe says.
+in a virtual environment with vLLM 0.33.0 installed as spec/cache.md ("Engines") says.
 PYTHONHASHSEED must be unset (it replaces vLLM's NONE_HASH seed).
 """
 

@@ -6,7 +6,7 @@ verdict. Nothing here depends on the kind: comparing an output is the judge's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
@@ -123,6 +123,21 @@ def _among(value: Any, values: Sequence[Any]) -> bool:
     return any(type(v) is type(value) and v == value for v in values)
 
 
+def undeclared(op, supported: Mapping[str, Sequence[Any]], params: Mapping[str, Any],
+               ignore: Sequence[str] = ()) -> str | None:
+    """"axis=value" for the first of `params` that is one of the op's variant values
+    the implementation did not declare (its vector or trace is skipped), else None.
+    A value outside the catalog's own values (the bad param of an invalid vector,
+    such as a page size of 0) is no reason to skip: every implementation must
+    refuse it."""
+    values = {v.name: v.values for v in op.variants}
+    for axis, value in params.items():
+        if axis in supported and axis not in ignore and _among(value, values.get(axis, ())) \
+                and not _among(value, supported[axis]):
+            return f"{axis}={value}"
+    return None
+
+
 def _vector_runs(v: Vector, judge: ArrayJudge) -> list[tuple[Case, Output | None]] | None:
     """The calls a vector asks for under this implementation's variants; None to skip.
 
@@ -134,10 +149,10 @@ def _vector_runs(v: Vector, judge: ArrayJudge) -> list[tuple[Case, Output | None
     op, supported = judge.op, judge.supported
     params = dict(v.params)
     latitude = {a.name for a in op.variants if a.latitude} if v.result == "acceptable" else set()
-    for axis, value in params.items():
-        if axis in supported and not _among(value, supported[axis]) and axis not in latitude:
-            judge.skip_reasons[f"{axis}={value}"] += 1  # a variant value not declared
-            return None
+    skip = undeclared(op, supported, params, ignore=latitude)
+    if skip:
+        judge.skip_reasons[skip] += 1  # a variant value not declared
+        return None
     free = [a for a in supported if a not in params]
     base = {**params, **{a: supported[a][0] for a in free}}
     combos = [base] + [{**base, axis: x} for axis in free for x in supported[axis] if x != base[axis]]

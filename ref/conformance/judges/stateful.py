@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from ref.conformance.judges.arrays import settle
+from ref.conformance.judges.arrays import settle, undeclared
 from ref.conformance.judges.candidate import Watch, call_candidate, short
 from ref.conformance.report import Entry, Failure, OpReport
 from ref.testing.renaming import Renaming
@@ -151,7 +151,13 @@ class Lockstep:
         if obj is None:
             return "(none)"
         try:
-            if obj is self.candidate:
+            if obj is self.candidate:  # its own snapshot() where it has one, else the op's
+                own = getattr(obj, "snapshot", None)
+                if callable(own):
+                    try:
+                        return _text(self._candidate(own, {}))
+                    except Exception:
+                        pass
                 return _text(self._candidate(lambda: self.op.snapshot(obj), {}))
             return _text(self.op.snapshot(obj))
         except BaseException as exc:
@@ -195,8 +201,7 @@ def _traces(op: StatefulOp, golden) -> list[Trace]:
 def _replay(op, fn, supported, settings, report: OpReport, watch) -> None:
     for t in _traces(op, settings.golden):
         part = str(t.id)
-        if any(e.matches(op.name, part, t.flags) for e in settings.skips) or any(
-                axis in supported and not _among(value, supported[axis]) for axis, value in t.params.items()):
+        if any(e.matches(op.name, part, t.flags) for e in settings.skips) or undeclared(op, supported, t.params):
             report.vectors_skipped += 1
             continue
         run = Lockstep(op, fn, watch=watch, at=(f"trace {t.id}", t.flags), report=report)
@@ -283,10 +288,6 @@ def _id(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def _among(value: Any, values: Sequence[Any]) -> bool:
-    return any(type(value) is type(v) and value == v for v in values)
 
 
 def _verdict(report: OpReport, whole_xfail: Sequence[Entry]) -> str:

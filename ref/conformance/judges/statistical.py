@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings as hsettings
 from hypothesis import strategies as st
 
 from ref.conformance.hygiene import check_unmodified, lay_out, layouts
-from ref.conformance.judges.arrays import by_flag, settle, verdict
+from ref.conformance.judges.arrays import by_flag, settle, undeclared, verdict
 from ref.conformance.judges.candidate import (BadOutput, CandidateExit, Watch, call_candidate, describe_problem,
                                               numeric_output, short)
 from ref.conformance.report import Failure, OpReport
@@ -120,16 +120,11 @@ def _record(report: OpReport, first: Fit, rerun: Fit | None) -> None:
     report.worst = max(report.worst, worst if not last.ok else min(worst, 1.0))
 
 
-def _among(value: Any, values: Sequence[Any]) -> bool:
-    return any(type(v) is type(value) and v == value for v in values)
-
-
-def _vector_case(v: Vector, supported: Mapping[str, Sequence[Any]], dtypes) -> Case | None:
+def _vector_case(op: StatisticalOp, v: Vector, supported: Mapping[str, Sequence[Any]], dtypes) -> Case | None:
     """The vector's call under this implementation's variants, or None to skip it."""
     params = dict(v.params)
-    for axis, value in params.items():
-        if axis in supported and not _among(value, supported[axis]):
-            return None
+    if undeclared(op, supported, params):
+        return None
     params.update({a: values[0] for a, values in supported.items() if a not in params})
     case = Case(v.inputs, params)
     return case if v.result == "invalid" or _accepts(case, dtypes) else None
@@ -156,7 +151,7 @@ def run_op(op: StatisticalOp, fn, impl, settings, report: OpReport, watch: Watch
     vectors = load_vectors(name, settings.golden) if vectors is None else vectors
     planned = []
     for v in vectors:
-        case = None if any(e.matches(name, str(v.id), v.flags) for e in skips) else _vector_case(v, supported, dtypes)
+        case = None if any(e.matches(name, str(v.id), v.flags) for e in skips) else _vector_case(op, v, supported, dtypes)
         if case is None:
             report.vectors_skipped += 1
         else:

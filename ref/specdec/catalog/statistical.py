@@ -48,6 +48,9 @@ FLAGS = {
                       "acceptances are correlated: later positions are reached too often"),
     "RngZeroDraft": Flag("a draft token of zero draft probability divided by zero, or accepted",
                          "NaN ratios accept or crash; vLLM rejects such a draft"),
+    "RngZeroResidual": Flag("a residual of zero mass (p = q, the draft outside q's support) drawn from as if it had "
+                            "mass: the first index (vLLM's race) or the last (an inverse CDF)",
+                            "a token the target gives probability 0 is emitted in a case of probability 0"),
 }
 
 # A request pattern (V = 4, k = 3) whose rows all differ, in sixteenths: position j drafts x_j with
@@ -119,7 +122,7 @@ def _valid() -> list[VectorSpec]:
         _spec("zero target probability at the draft (p(x) = 0 < q(x)): never accepted, whatever the uniform",
               ["RngCoin", "RngResidual"], pattern(p=[[8, 8, 0, 0], *_P[1:]], x=[2, 3, 0], q=[[4, 4, 4, 4], *_Q[1:]])),
         _spec("p = q with q(x) = 0: a residual of zero mass, the correction drawn from p (vLLM emits token 0)",
-              ["RngZeroDraft"], pattern(p=[[0, 8, 8, 0], *_P[1:]], x=[3, 3, 0], q=[[0, 8, 8, 0], *_Q[1:]])),
+              ["RngZeroResidual"], pattern(p=[[0, 8, 8, 0], *_P[1:]], x=[3, 3, 0], q=[[0, 8, 8, 0], *_Q[1:]])),
         _spec("V = 1: every draft is token 0 and accepted", ["RngBonus"],
               pattern(p=[[16]] * 4, x=[0, 0, 0], q=[[16]] * 3)),
         _spec("k = 0: no drafts, the bonus drawn from the single target row", ["RngBonus"],
@@ -132,7 +135,7 @@ def _valid() -> list[VectorSpec]:
     for _ in range(4):
         v = int(rng.integers(2, 7))
         weights = rng.integers(0, 5, size=(7, v))
-        weights[:, 0] += 1  # sixteenths need rows of 16: scale an integer row by 16 / its sum only if exact
+        weights[:, 0] += 1  # every row has mass
         p = [_sixteenths(w) for w in weights[:4]]
         q = [_sixteenths(w) for w in weights[4:]]
         x = [int(rng.choice(v, p=np.asarray(r) / 16)) for r in q]
@@ -164,26 +167,26 @@ def _invalid() -> list[VectorSpec]:
         a[index] = value
         return a
 
-    bad("NaN in a target row that is read", target_probs=poke("target_probs", (0, 1, 2), np.nan))
-    bad("+Inf in a draft row that is read", draft_probs=poke("draft_probs", (1, 0, 0), np.inf))
-    bad("a negative target probability (the row still sums to 1)",
+    bad("target_probs: NaN in a row that is read", target_probs=poke("target_probs", (0, 1, 2), np.nan))
+    bad("draft_probs: +Inf in a row that is read", draft_probs=poke("draft_probs", (1, 0, 0), np.inf))
+    bad("target_probs: a negative probability (the row still sums to 1)",
         target_probs=poke("target_probs", (0, 0, slice(0, 2)), [12 / 16, -2 / 16]))
-    bad("a target row summing to 15/16", target_probs=poke("target_probs", (0, 3, 3), 8 / 16))
-    bad("a draft row summing to 17/16", draft_probs=poke("draft_probs", (1, 2, 0), 9 / 16))
-    bad("a draft token id V (past the vocabulary)", draft_tokens=poke("draft_tokens", (0, 1), 4))
-    bad("a draft token id -2", draft_tokens=poke("draft_tokens", (1, 0), -2))
-    bad("num_draft > k", num_draft=np.array([3, 4]))
-    bad("a negative num_draft", num_draft=np.array([-1, 3]))
-    bad("draft_tokens of shape [B, k + 1]", draft_tokens=np.pad(good["draft_tokens"], ((0, 0), (0, 1))))
-    bad("draft_probs with a vocabulary of 3", draft_probs=good["draft_probs"][..., :3])
-    bad("num_draft of shape [B + 1]", num_draft=np.array([3, 3, 3]))
-    bad("target_probs of rank 2", target_probs=good["target_probs"][:, 0])
-    bad("int64 target_probs", target_probs=good["target_probs"].astype(np.int64))
-    bad("float64 draft_tokens", draft_tokens=good["draft_tokens"].astype(np.float64))
-    bad("int64 greedy flags", greedy=good["greedy"].astype(np.int64))
-    out.append(_spec("draft='probs' without draft_probs", [INVALID_INPUT],
+    bad("target_probs: a row summing to 15/16", target_probs=poke("target_probs", (0, 3, 3), 8 / 16))
+    bad("draft_probs: a row summing to 17/16", draft_probs=poke("draft_probs", (1, 2, 0), 9 / 16))
+    bad("draft_tokens: a token id V (past the vocabulary)", draft_tokens=poke("draft_tokens", (0, 1), 4))
+    bad("draft_tokens: a token id -2", draft_tokens=poke("draft_tokens", (1, 0), -2))
+    bad("num_draft: a count > k", num_draft=np.array([3, 4]))
+    bad("num_draft: a negative count", num_draft=np.array([-1, 3]))
+    bad("draft_tokens: shape [B, k + 1]", draft_tokens=np.pad(good["draft_tokens"], ((0, 0), (0, 1))))
+    bad("draft_probs: a vocabulary of 3", draft_probs=good["draft_probs"][..., :3])
+    bad("num_draft: shape [B + 1]", num_draft=np.array([3, 3, 3]))
+    bad("target_probs: rank 2", target_probs=good["target_probs"][:, 0])
+    bad("target_probs: int64", target_probs=good["target_probs"].astype(np.int64))
+    bad("draft_tokens: float64", draft_tokens=good["draft_tokens"].astype(np.float64))
+    bad("greedy: int64 flags", greedy=good["greedy"].astype(np.int64))
+    out.append(_spec("draft_probs: missing with draft='probs'", [INVALID_INPUT],
                      {k: v for k, v in good.items() if k != "draft_probs"}, result="invalid"))
-    out.append(VectorSpec("draft_probs given with draft='point_mass'", (INVALID_INPUT,),
+    out.append(VectorSpec("draft_probs: given with draft='point_mass'", (INVALID_INPUT,),
                           Case(good, {"draft": "point_mass"}), "invalid"))
     return out
 

@@ -171,6 +171,9 @@ def _rejection_vectors() -> list[VectorSpec]:
         f32 = {**case, "target_probs": case["target_probs"].astype(np.float32),
                "draft_probs": case["draft_probs"].astype(np.float32)}
         v(f"float32 probabilities, drafts drawn {drafts}", flags, Case(f32, {"drafts": drafts}))
+        i32 = {**case, "parents": case["parents"].astype(np.int32),
+               "draft_tokens": case["draft_tokens"].astype(np.int32)}
+        v(f"int32 parents and tokens, drafts drawn {drafts}", flags, Case(i32, {"drafts": drafts}))
     base = _case(star, [[0, 0, 1]], [[p, uniform4, uniform4]], [[0, 0.75, 0.25]], [0.5], [[q, q, q]]).inputs
     for comment, change, extra in _invalid_changes(base):
         v(comment, (INVALID_INPUT,) + extra, Case({**base, **change}, {}), "invalid")
@@ -192,6 +195,7 @@ def _invalid_changes(base):
     yield "target_probs of another node count are rejected", {"target_probs": t[:, :2]}, ()
     yield "final_uniforms not one per request are rejected", {"final_uniforms": np.float64([0.5, 0.5])}, ()
     yield "a parent not before its child is rejected", {"parents": np.int64([[-1, 2, 0]])}, ()
+    yield "int16 token ids are rejected (int32 or int64 ids)", {"draft_tokens": np.int16([[0, 0, 1]])}, ()
 
 
 def _rejection_example(seed: int, drafts: str) -> Case:
@@ -248,6 +252,9 @@ def _target_only_vectors() -> list[VectorSpec]:
     v("random trees of 6 nodes over 4 tokens, distinct siblings", flags, Case(case, {}))
     v("random trees, float32 probabilities", flags,
       Case({**case, "target_probs": case["target_probs"].astype(np.float32)}, {}))
+    v("random trees, int32 parents and tokens", flags,
+      Case({**case, "parents": case["parents"].astype(np.int32), "draft_tokens": case["draft_tokens"].astype(np.int32)},
+           {}))
     base = _case(star, [[3, 0, 1]], [[p, u4, u4]], [[0.625, 0.9375, 0.9375]], [0.125]).inputs
     base = {**base, "draft_probs": np.zeros_like(base["target_probs"])}
     for comment, change, extra in _invalid_changes(base):
@@ -293,7 +300,8 @@ def _typical_vectors() -> list[VectorSpec]:
       _chain([[edge, peaked]], [[1]], [1], [0.5]))
     v("after a refusal the token comes from the typical set: u = 0.995 still gives token 0", ("TypicalFallback",),
       _chain([[peaked, peaked]], [[1]], [1], [0.995]))
-    v("a run of 1 then a refusal (token 3 has no mass); the row past num_draft unused (NaN)", ("DraftPadding", "TypicalFallback"),
+    v("a run of 1 then a refusal (token 3 has no mass); the row past num_draft unused (NaN)",
+      ("DraftPadding", "TypicalFallback"),
       _chain([[mixed, mixed, peaked, nan]], [[0, 3, -1]], [2], [0.5]))
     v("every draft accepted: the bonus from the row after them, typical set only", ("TypicalFallback",),
       _chain([[mixed, mixed, peaked]], [[0, 0]], [2], [0.999]))
@@ -311,9 +319,14 @@ def _typical_vectors() -> list[VectorSpec]:
       _chain(target, draft, num, final))
     v("random chains, float32 probabilities", (RANDOM, "TypicalThreshold", "TypicalFallback"),
       _chain(target.astype(np.float32), draft, num, final))
+    i32 = _chain(target, draft, num, final)
+    v("random chains, int32 tokens and counts", (RANDOM, "TypicalThreshold", "DraftPadding"),
+      Case({**i32.inputs, "draft_tokens": draft.astype(np.int32), "num_draft": num.astype(np.int32)}, {}))
     base = _chain([[mixed, peaked]], [[2]], [1], [0.5]).inputs
-    bad = lambda comment, change, extra=(): v(comment, (INVALID_INPUT,) + extra, Case({**base, **change}, {}),  # noqa: E731
-                                              "invalid")
+
+    def bad(comment, change, extra=()):
+        v(comment, (INVALID_INPUT,) + extra, Case({**base, **change}, {}), "invalid")
+
     bad("NaN in a row that is read is rejected", {"target_probs": np.array([[nan, peaked]])}, (NAN,))
     bad("negative probabilities are rejected", {"target_probs": np.array([[_f(1, 1, 1, 1) * [1, -1, 1, 1], peaked]])})
     bad("a row summing to 1.25 is rejected", {"target_probs": np.array([[mixed * 1.25, peaked]])})
@@ -323,6 +336,7 @@ def _typical_vectors() -> list[VectorSpec]:
     bad("float32 uniforms are rejected", {"final_uniforms": np.float32([0.5])})
     bad("draft_tokens of another shape are rejected", {"draft_tokens": np.int64([[2, 0]])})
     bad("int probabilities are rejected", {"target_probs": np.ones((1, 2, 4), np.int64)})
+    bad("uint8 draft tokens are rejected (int32 or int64 ids)", {"draft_tokens": np.uint8([[2]])})
     return out
 
 

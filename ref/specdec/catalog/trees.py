@@ -101,6 +101,8 @@ def _attention_vectors() -> list[VectorSpec]:
         VectorSpec("float parents are rejected", (INVALID_INPUT,),
                    Case({"parents": np.float64([[-1, 0]]), "prefix_lens": np.int64([0])}, {}), "invalid"),
         v("1-d parents are rejected", (INVALID_INPUT,), [-1, 0, 1], [0], "invalid"),
+        v("int16 parents and lengths are rejected (int32 or int64 ids)", (INVALID_INPUT,), [[-1, 0]], [0], "invalid",
+          dtype=np.int16),
     ]
 
 
@@ -182,7 +184,8 @@ def _verify_vectors() -> list[VectorSpec]:
     ]
     for path in PATH.values:
         out.append(VectorSpec(f"duplicate siblings: the longest path runs through the second ({path})",
-                              ("LongestPath", "SiblingOrder"), _verify_case([dup], [dup_draft], [dup_target], path=path)))
+                              ("LongestPath", "SiblingOrder"),
+                              _verify_case([dup], [dup_draft], [dup_target], path=path)))
     b, n = 4, 12
     parents = random_parents(rng, b, n)
     draft = rng.integers(0, 3, (b, n))
@@ -196,6 +199,8 @@ def _verify_vectors() -> list[VectorSpec]:
     bad("float tokens are rejected", Case({"parents": np.int64([[-1, 0]]), "draft_tokens": np.float64([[1, 2]]),
                                            "target_tokens": np.int64([[1, 2]])}, {}))
     bad("a parent not before its child is rejected", _verify_case([[-1, 1]], [[1, 2]], [[1, 2]]))
+    bad("uint8 tokens are rejected (int32 or int64 ids)", Case({"parents": np.int64([[-1, 0]]),
+        "draft_tokens": np.uint8([[1, 2]]), "target_tokens": np.int64([[1, 2]])}, {}))
     return out
 
 
