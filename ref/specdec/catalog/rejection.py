@@ -182,6 +182,16 @@ def _valid(op: str, draft: str) -> list[VectorSpec]:
                                                              uf=0.5, bonus=0)])
     add("float32 probabilities: the same steps", ("NoCoin", "ResidualSign", "Bonus"), [CHAIN, FULL, COIN],
         dtype=np.float32)
+    base = batch([fix(r) for r in (CHAIN, FULL, COIN)], op, draft=draft)
+    for ints, flags in ((np.int32, ("AcceptLength", "Bonus")), (np.uint16, ("Bonus",))):
+        names = ("draft_tokens", "num_draft", "bonus_tokens") if ints is np.int32 else ("num_draft", "bonus_tokens")
+        cast = {name: base.inputs[name].astype(ints) for name in names if name in base.inputs}
+        out.append(VectorSpec(f"{', '.join(cast)} as {np.dtype(ints).name} (ids and counts of any integer dtype; "
+                              f"vLLM's are int32) ({draft})", flags, Case({**base.inputs, **cast}, base.params)))
+    if not pm:
+        mixed = {**base.inputs, "target_probs": base.inputs["target_probs"].astype(np.float32)}
+        out.append(VectorSpec("float32 target rows beside float64 draft rows (probs)", ("NoCoin", "ResidualSign"),
+                              Case(mixed, base.params)))
     rng = np.random.default_rng(seed_for(f"specdec.{op}.{draft}"))
     for i, (b, v, k) in enumerate(((6, 5, 4), (8, 3, 3), (4, 8, 5))):
         add(f"random batch {i + 1}: B={b}, V={v}, k={k}, greedy and random rows mixed", (RANDOM,),
@@ -222,10 +232,15 @@ def _invalid(op: str) -> list[VectorSpec]:
     add("greedy as int64 is rejected (TypeError)", greedy=np.array([0, 1], np.int64))
     add("num_draft as float64 is rejected (TypeError)", num_draft=np.array([2.0, 2.0]))
     add("a draft token other than -1 past num_draft is rejected", num_draft=np.array([1, 2], np.int64))
+    add("target_probs without the batch axis are rejected", target_probs=x["target_probs"][0])
+    add("a 0-d num_draft is rejected", num_draft=np.array(2, np.int64))
+    add("bool draft_tokens are rejected (TypeError)", draft_tokens=x["draft_tokens"] > 0)
     if op == "chain":
         add("a final uniform of 1.0 is rejected", final_uniforms=np.array([0.5, 1.0]))
         add("final_uniforms of shape [B, 1] are rejected", final_uniforms=x["final_uniforms"][:, None])
         add("a target of k rows (no bonus row) is rejected", target_probs=x["target_probs"][:, :2])
+        add("NaN in the bonus row (row num_draft, read after a full acceptance) is rejected",
+            target_probs=at("target_probs", np.nan, (1, 2, 0)))
     else:
         add("a zero exponential is rejected", exponentials=at("exponentials", 0.0, (1, 2)))
         add("an infinite exponential is rejected", exponentials=at("exponentials", np.inf, (1, 2)))
