@@ -106,13 +106,19 @@ def _rows(v: int):
 
 @st.composite
 def tables(draw, v: int, k: int):
-    """target(prefix) and draft(prefix) rows for every prefix, q related to p by a drawn mode:
-    free, disjoint from p's support where p leaves room, a point mass, or p itself."""
+    """target(prefix) and draft(prefix) rows for every prefix: p free or a point mass (concentrated),
+    q related to p by a drawn mode: free, disjoint from p's support where p leaves room, a point
+    mass, or p itself."""
     mode = draw(st.sampled_from(["free", "disjoint", "point", "equal"]))
+    concentrated = draw(st.booleans())  # p a point mass at every prefix
     p, q = {}, {}
     for n in range(k + 1):
         for prefix in itertools.product(range(v), repeat=n):
-            p[prefix] = draw(_rows(v))
+            if concentrated:
+                t = draw(st.integers(0, v - 1))
+                p[prefix] = tuple(DEN * (i == t) for i in range(v))
+            else:
+                p[prefix] = draw(_rows(v))
             if n == k:
                 continue
             if mode == "point":
