@@ -35,13 +35,15 @@ FLAGS = {
                    "drafts the target finds less likely than the draft are never kept: fewer tokens per step, "
                    "and the output is no longer the target's distribution"),
     "ResidualSign": Flag("the residual taken as max(0, q - p) instead of max(0, p - q)",
-                         "after a rejection the token comes from where the draft over-proposed: the target's law is lost"),
+                         "after a rejection the token comes from where the draft over-proposed: the target's law "
+                         "is lost"),
     "ResidualNorm": Flag("the inverse CDF run on the residual max(0, p - q) without dividing by its mass",
                          "the uniform is compared with an unnormalized running sum: later tokens too likely, "
                          "or no token found"),
     "Bonus": Flag("no bonus token after every draft is accepted (or the bonus from the wrong row)",
                   "a full acceptance emits k tokens instead of k + 1, or the bonus has the wrong distribution"),
-    "AcceptLength": Flag("the number of accepted drafts off by one (the rejected draft kept, or the last accepted dropped)",
+    "AcceptLength": Flag("the number of accepted drafts off by one (the rejected draft kept, or the last accepted "
+                         "dropped)",
                          "a rejected token emitted, or the recovered token written over an accepted one"),
     "DraftPosition": Flag("q read at another position (j + 1 or j - 1) than the draft token's",
                           "the coin uses the wrong ratio: accepted where it should be rejected"),
@@ -172,11 +174,12 @@ def _valid(op: str, draft: str) -> list[VectorSpec]:
         ("GreedyPath", "AcceptLength"), [GREEDY, CHAIN, replace(FULL, greedy=True)])
     add("a greedy row whose argmax is tied: the first index", ("Ties", "GreedyPath"), [GREEDY_TIE])
     add("two requests rejecting at position 1, each with its own noise row", ("Noise",), _noise_pair())
+    no_drafts = replace(FULL, x=(), u=(), p=FULL.p[2:], q=())
+    one_draft = replace(COIN, x=COIN.x[:1], u=COIN.u[:1], p=COIN.p[:1] + COIN.p[2:], q=COIN.q[:1])
     add("per-request draft lengths (2, 0, 1) of k = 3: rows past num_draft are NaN and never read",
-        ("RowsPastDraft", "Bonus", NAN), [FULL, replace(FULL, x=(), u=(), p=FULL.p[2:], q=()),
-                                          replace(COIN, x=COIN.x[:1], u=COIN.u[:1], p=COIN.p[:1] + COIN.p[2:], q=COIN.q[:1])], k=3)
-    add("k = 0: the bonus alone", ("Bonus", EMPTY_INPUT), [replace(FULL, x=(), u=(), p=FULL.p[2:], q=()),
-                                                             replace(COIN, x=(), u=(), p=COIN.p[2:], q=(), greedy=True)])
+        ("RowsPastDraft", "Bonus", NAN), [FULL, no_drafts, one_draft], k=3)
+    add("k = 0: the bonus alone", ("Bonus", EMPTY_INPUT),
+        [no_drafts, replace(COIN, x=(), u=(), p=COIN.p[2:], q=(), greedy=True)])
     add("an empty batch", (EMPTY_INPUT,), [], k=2)
     add("V = 1: every token is 0", ("VocabRange",), [Request(p=((16,), (16,)), q=((16,),), x=(0,), u=(0.5,), e=(1.0,),
                                                              uf=0.5, bonus=0)])
