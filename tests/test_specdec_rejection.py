@@ -106,13 +106,19 @@ def _rows(v: int):
 
 @st.composite
 def tables(draw, v: int, k: int):
-    """target(prefix) and draft(prefix) rows for every prefix, q related to p by a drawn mode:
-    free, disjoint from p's support where p leaves room, a point mass, or p itself."""
+    """target(prefix) and draft(prefix) rows for every prefix: p free or a point mass (concentrated),
+    q related to p by a drawn mode: free, disjoint from p's support where p leaves room, a point
+    mass, or p itself."""
     mode = draw(st.sampled_from(["free", "disjoint", "point", "equal"]))
+    concentrated = draw(st.booleans())  # p a point mass at every prefix
     p, q = {}, {}
     for n in range(k + 1):
         for prefix in itertools.product(range(v), repeat=n):
-            p[prefix] = draw(_rows(v))
+            if concentrated:
+                t = draw(st.integers(0, v - 1))
+                p[prefix] = tuple(DEN * (i == t) for i in range(v))
+            else:
+                p[prefix] = draw(_rows(v))
             if n == k:
                 continue
             if mode == "point":
@@ -225,3 +231,28 @@ def test_the_default_kernel_agrees_on_many_random_batches():
 def test_fractions_are_exact_on_dyadic_rows():
     law = step_law(*EXAMPLE[2:], k=1, vocab=3, sampler="chain")
     assert all(isinstance(w, Fraction) for w in law.values()) and sum(law.values()) == 1
+
+
+@pytest.mark.parametrize("op", [corpus.VLLM, corpus.CHAIN])
+def test_rows_past_num_draft_are_never_read(op):
+    """Any values in the unused rows (NaN in the vectors, here garbage) leave the tokens unchanged."""
+    from ref.conformance.catalog import discover
+
+    entry = discover()[op]
+
+    @settings(max_examples=25)
+    @given(entry.examples({"draft": ["probs", "point_mass"]}), st.integers(0, 2**32 - 1))
+    def check(case, seed):
+        rng = np.random.default_rng(seed)
+        inputs = dict(case.inputs)
+        n = inputs["num_draft"]
+        extra = 1 if op == corpus.CHAIN else 0
+        for name, rows in (("target_probs", n + extra), ("draft_probs", n), ("uniforms", n)):
+            if name in inputs:
+                a = inputs[name].copy()
+                unused = np.arange(a.shape[1]) >= rows[:, None]
+                a[unused] = rng.uniform(-5, 5, a[unused].shape).astype(a.dtype)
+                inputs[name] = a
+        assert np.array_equal(entry.oracle(**inputs, **case.params), entry.oracle(**case.inputs, **case.params))
+
+    check()

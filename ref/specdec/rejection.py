@@ -76,8 +76,9 @@ def _uniforms(x, name: str, shape: tuple[int, ...], used: np.ndarray) -> np.ndar
         raise TypeError(f"{name}: expected float64 uniforms (float32 ones round tiny values to 0), got {a.dtype}")
     if a.shape != shape:
         raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
-    if not np.all((a[used] >= 0) & (a[used] < 1)):
-        raise ValueError(f"{name}: expected values in [0, 1) where used, got {a[used][~((a[used] >= 0) & (a[used] < 1))][:3]}")
+    inside = (a[used] >= 0) & (a[used] < 1)
+    if not np.all(inside):
+        raise ValueError(f"{name}: expected values in [0, 1) where used, got {a[used][~inside][:3]}")
     return a
 
 
@@ -109,8 +110,9 @@ def _inputs(target_probs, draft_tokens, num_draft, uniforms, greedy, draft_probs
         raise ValueError(f"num_draft: expected values in [0, k={k}], got {n[(n < 0) | (n > k)][:3]}")
     x = _ints(draft_tokens, "draft_tokens", (b, k))
     inside = np.arange(k) < n[:, None]  # [B, k]
-    if np.any(inside & ((x < -1) | (x >= v))):
-        raise ValueError(f"draft_tokens: expected ids in [0, V={v}) or -1 (padding), got {x[inside & ((x < -1) | (x >= v))][:3]}")
+    outside = inside & ((x < -1) | (x >= v))
+    if np.any(outside):
+        raise ValueError(f"draft_tokens: expected ids in [0, V={v}) or -1 (padding), got {x[outside][:3]}")
     if np.any(~inside & (x != PLACEHOLDER)):
         raise ValueError("draft_tokens: expected -1 beyond each request's num_draft")
     g = np.asarray(greedy)

@@ -97,6 +97,11 @@ def _rejected_kept(kept, last, j, xs):
     return kept + [last] if j is None else kept + [xs[j], last]
 
 
+def _overwrites_last_kept(kept, last, j, xs):
+    """The recovered token written at the rejected draft's index minus one: the last kept draft lost."""
+    return kept[:-1] + [last] if j is not None and kept else kept + [last]
+
+
 def _next_position_q(ni, xs, ps, qs, us, greedy, coin):
     """q read at j + 1 (the drafter's outputs shifted by one row)."""
     shifted = None if qs is None else [qs[min(j + 1, ni - 1)] for j in range(len(qs))]
@@ -153,6 +158,9 @@ REJECTION_BUGS = {
     "vllm: acceptance length off by one (the rejected draft kept)": (VLLM, "AcceptLength", _vllm(out=_rejected_kept)),
     "chain: acceptance length off by one (the rejected draft kept)": (CHAIN, "AcceptLength",
                                                                       _chain(out=_rejected_kept)),
+    "vllm: the recovered token written over the last kept draft": (VLLM, "AcceptLength",
+                                                                   _vllm(out=_overwrites_last_kept)),
+    "chain: the bonus drawn from the last draft's row": (CHAIN, "Bonus", _chain(bonus_at=lambda ni, k: max(ni - 1, 0))),
     "vllm: the draft probability of the next position": (VLLM, "DraftPosition", _vllm(accept=_next_position_q)),
     "chain: the draft probability of the next position": (CHAIN, "DraftPosition", _chain(accept=_next_position_q)),
     "vllm: one noise vector reused across requests": (VLLM, "Noise", _vllm(noise=lambda i, j, b: 0)),

@@ -35,13 +35,15 @@ FLAGS = {
                    "drafts the target finds less likely than the draft are never kept: fewer tokens per step, "
                    "and the output is no longer the target's distribution"),
     "ResidualSign": Flag("the residual taken as max(0, q - p) instead of max(0, p - q)",
-                         "after a rejection the token comes from where the draft over-proposed: the target's law is lost"),
+                         "after a rejection the token comes from where the draft over-proposed: the target's law "
+                         "is lost"),
     "ResidualNorm": Flag("the inverse CDF run on the residual max(0, p - q) without dividing by its mass",
                          "the uniform is compared with an unnormalized running sum: later tokens too likely, "
                          "or no token found"),
     "Bonus": Flag("no bonus token after every draft is accepted (or the bonus from the wrong row)",
                   "a full acceptance emits k tokens instead of k + 1, or the bonus has the wrong distribution"),
-    "AcceptLength": Flag("the number of accepted drafts off by one (the rejected draft kept, or the last accepted dropped)",
+    "AcceptLength": Flag("the number of accepted drafts off by one (the rejected draft kept, or the last accepted "
+                         "dropped)",
                          "a rejected token emitted, or the recovered token written over an accepted one"),
     "DraftPosition": Flag("q read at another position (j + 1 or j - 1) than the draft token's",
                           "the coin uses the wrong ratio: accepted where it should be rejected"),
@@ -172,16 +174,27 @@ def _valid(op: str, draft: str) -> list[VectorSpec]:
         ("GreedyPath", "AcceptLength"), [GREEDY, CHAIN, replace(FULL, greedy=True)])
     add("a greedy row whose argmax is tied: the first index", ("Ties", "GreedyPath"), [GREEDY_TIE])
     add("two requests rejecting at position 1, each with its own noise row", ("Noise",), _noise_pair())
+    no_drafts = replace(FULL, x=(), u=(), p=FULL.p[2:], q=())
+    one_draft = replace(COIN, x=COIN.x[:1], u=COIN.u[:1], p=COIN.p[:1] + COIN.p[2:], q=COIN.q[:1])
     add("per-request draft lengths (2, 0, 1) of k = 3: rows past num_draft are NaN and never read",
-        ("RowsPastDraft", "Bonus", NAN), [FULL, replace(FULL, x=(), u=(), p=FULL.p[2:], q=()),
-                                          replace(COIN, x=COIN.x[:1], u=COIN.u[:1], p=COIN.p[:1] + COIN.p[2:], q=COIN.q[:1])], k=3)
-    add("k = 0: the bonus alone", ("Bonus", EMPTY_INPUT), [replace(FULL, x=(), u=(), p=FULL.p[2:], q=()),
-                                                             replace(COIN, x=(), u=(), p=COIN.p[2:], q=(), greedy=True)])
+        ("RowsPastDraft", "Bonus", NAN), [FULL, no_drafts, one_draft], k=3)
+    add("k = 0: the bonus alone", ("Bonus", EMPTY_INPUT),
+        [no_drafts, replace(COIN, x=(), u=(), p=COIN.p[2:], q=(), greedy=True)])
     add("an empty batch", (EMPTY_INPUT,), [], k=2)
     add("V = 1: every token is 0", ("VocabRange",), [Request(p=((16,), (16,)), q=((16,),), x=(0,), u=(0.5,), e=(1.0,),
                                                              uf=0.5, bonus=0)])
     add("float32 probabilities: the same steps", ("NoCoin", "ResidualSign", "Bonus"), [CHAIN, FULL, COIN],
         dtype=np.float32)
+    base = batch([fix(r) for r in (CHAIN, FULL, COIN)], op, draft=draft)
+    for ints, flags in ((np.int32, ("AcceptLength", "Bonus")), (np.uint16, ("Bonus",))):
+        names = ("draft_tokens", "num_draft", "bonus_tokens") if ints is np.int32 else ("num_draft", "bonus_tokens")
+        cast = {name: base.inputs[name].astype(ints) for name in names if name in base.inputs}
+        out.append(VectorSpec(f"{', '.join(cast)} as {np.dtype(ints).name} (ids and counts of any integer dtype; "
+                              f"vLLM's are int32) ({draft})", flags, Case({**base.inputs, **cast}, base.params)))
+    if not pm:
+        mixed = {**base.inputs, "target_probs": base.inputs["target_probs"].astype(np.float32)}
+        out.append(VectorSpec("float32 target rows beside float64 draft rows (probs)", ("NoCoin", "ResidualSign"),
+                              Case(mixed, base.params)))
     rng = np.random.default_rng(seed_for(f"specdec.{op}.{draft}"))
     for i, (b, v, k) in enumerate(((6, 5, 4), (8, 3, 3), (4, 8, 5))):
         add(f"random batch {i + 1}: B={b}, V={v}, k={k}, greedy and random rows mixed", (RANDOM,),
@@ -222,10 +235,15 @@ def _invalid(op: str) -> list[VectorSpec]:
     add("greedy as int64 is rejected (TypeError)", greedy=np.array([0, 1], np.int64))
     add("num_draft as float64 is rejected (TypeError)", num_draft=np.array([2.0, 2.0]))
     add("a draft token other than -1 past num_draft is rejected", num_draft=np.array([1, 2], np.int64))
+    add("target_probs without the batch axis are rejected", target_probs=x["target_probs"][0])
+    add("a 0-d num_draft is rejected", num_draft=np.array(2, np.int64))
+    add("bool draft_tokens are rejected (TypeError)", draft_tokens=x["draft_tokens"] > 0)
     if op == "chain":
         add("a final uniform of 1.0 is rejected", final_uniforms=np.array([0.5, 1.0]))
         add("final_uniforms of shape [B, 1] are rejected", final_uniforms=x["final_uniforms"][:, None])
         add("a target of k rows (no bonus row) is rejected", target_probs=x["target_probs"][:, :2])
+        add("NaN in the bonus row (row num_draft, read after a full acceptance) is rejected",
+            target_probs=at("target_probs", np.nan, (1, 2, 0)))
     else:
         add("a zero exponential is rejected", exponentials=at("exponentials", 0.0, (1, 2)))
         add("an infinite exponential is rejected", exponentials=at("exponentials", np.inf, (1, 2)))

@@ -58,8 +58,8 @@ def batch(requests, op: str, *, k: int | None = None, dtype=np.float64, draft: s
         if draft == "probs":
             q[i, :n] = _rows(r.q, r.den, n, v)
         x[i, :n], u[i, :n] = r.x, r.u
-    inputs = {"target_probs": p.astype(dtype), "draft_tokens": x, "num_draft": np.array([len(r.x) for r in requests], np.int64),
-              "uniforms": u}
+    inputs = {"target_probs": p.astype(dtype), "draft_tokens": x,
+              "num_draft": np.array([len(r.x) for r in requests], np.int64), "uniforms": u}
     if op == "chain":
         inputs["final_uniforms"] = np.array([r.uf for r in requests], np.float64)
     else:
