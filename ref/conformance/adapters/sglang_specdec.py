@@ -21,9 +21,9 @@ imports nothing from ref).
                         variant path = "first_match" (SGLang descends by the first
                         matching child); nodes = accept_index - b * N.
 
-Both kernels are Triton only; they run under Triton's interpreter, so
-TRITON_INTERPRET=1 must be set before triton is imported (this module sets it when
-SGLang is not imported yet); no driver patch is needed. The kernels are loaded from
+Both kernels are Triton only; they run under Triton's interpreter: TRITON_INTERPRET=1
+must be set when a kernel's file is loaded (this module sets it and loads them); no
+driver patch is needed. The kernels are loaded from
 their files (sglang.kernels.ops.speculative imports GPU-only modules on the way).
 `threshold_single` and `threshold_acc` are passed as 1.0 (exact sampling): this
 Triton kernel ignores both. Draft -1 inside num_draft (vLLM's padding) has no SGLang
@@ -43,14 +43,16 @@ import os
 import sys
 from pathlib import Path
 
-if "sglang" not in sys.modules and "triton" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
-if os.environ.get("TRITON_INTERPRET") != "1":
-    raise RuntimeError("sglang_specdec: set TRITON_INTERPRET=1 before triton is imported")
+os.environ["TRITON_INTERPRET"] = "1"  # read when a @triton.jit function is decorated (triton's own at its import)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
+from triton.language import standard as _standard  # noqa: E402
+
+if type(_standard.max).__name__ != "InterpretedFunction":  # triton's own @jit helpers, decorated at its import
+    raise RuntimeError("sglang_specdec: triton was imported before TRITON_INTERPRET=1 was set "
+                       "(importing the engine imports triton): set it in the environment")
 
 _SPEC = importlib.util.find_spec("sglang")
 if _SPEC is None or not _SPEC.submodule_search_locations:
@@ -189,8 +191,8 @@ def verify_tree_greedy(parents, draft_tokens, target_tokens, *, path="first_matc
     parents, draft_tokens, target_tokens = map(np.ascontiguousarray, (parents, draft_tokens, target_tokens))
     if parents.ndim != 2 or draft_tokens.shape != parents.shape or target_tokens.shape != parents.shape:
         raise ValueError("parents, draft_tokens, target_tokens: expected one shape [B, N]")
-    if parents.dtype.kind not in "iu" or draft_tokens.dtype.kind not in "iu" or target_tokens.dtype.kind not in "iu":
-        raise TypeError("parents, draft_tokens, target_tokens: expected integer arrays")
+    if parents.dtype.kind not in "iu":  # the links are built here from the parents; tokens go to SGLang as they are
+        raise TypeError(f"parents: expected integers, got {parents.dtype}")
     b, n = parents.shape
     if b and n and ((parents[:, 0] != -1).any() or any((parents[:, i] < 0).any() or (parents[:, i] >= i).any()
                                                        for i in range(1, n))):
@@ -200,9 +202,9 @@ def verify_tree_greedy(parents, draft_tokens, target_tokens, *, path="first_matc
     accept_index = torch.full((b, n), -1, dtype=torch.int32)
     accept_num = torch.zeros(b, dtype=torch.int32)
     if b and n:
-        verify_tree_greedy_triton(predicts, accept_index, accept_num, torch.from_numpy(draft_tokens.astype(np.int64)),
+        verify_tree_greedy_triton(predicts, accept_index, accept_num, torch.from_numpy(draft_tokens),
                                   torch.arange(b * n, dtype=torch.int64).reshape(b, n), torch.from_numpy(first),
-                                  torch.from_numpy(sibling), torch.from_numpy(target_tokens.astype(np.int64)))
+                                  torch.from_numpy(sibling), torch.from_numpy(target_tokens))
     tokens = np.full((b, n), -1, np.int64)
     nodes = np.full((b, n), -1, np.int64)
     for r in range(b):

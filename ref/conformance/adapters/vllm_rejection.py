@@ -20,7 +20,8 @@ cu_num_draft_tokens, so rows past num_draft[b] (NaN in the vectors) never reach 
 vLLM's int32 [B, k + 1] output (-1 after the emitted tokens) comes back as int64.
 
 vLLM's kernels are Triton only (no torch path). On a CPU machine they run under
-Triton's interpreter: TRITON_INTERPRET=1 must be set before triton is imported, and
+Triton's interpreter: TRITON_INTERPRET=1 must be set before triton is imported
+(importing vLLM imports it; this module sets it for a process that has not), and
 vLLM disables Triton unless exactly one GPU driver reports itself active, so this
 module marks the CUDA driver active when none is (before importing vLLM). Run
 (spec/specdec.md, "Engines"):
@@ -36,11 +37,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
-if "vllm" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"  # read when vLLM's kernels are decorated
+os.environ["TRITON_INTERPRET"] = "1"  # read when a @triton.jit function is decorated (triton's own at its import)
 import triton  # noqa: E402
+from triton.language import standard as _standard  # noqa: E402
+
+if type(_standard.max).__name__ != "InterpretedFunction":  # triton's own @jit helpers, decorated at its import
+    raise RuntimeError("vllm_rejection: triton was imported before TRITON_INTERPRET=1 was set "
+                       "(importing the engine imports triton): set it in the environment")
 from triton.backends import backends  # noqa: E402
 
 
