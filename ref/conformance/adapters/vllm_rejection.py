@@ -8,6 +8,9 @@
                                 `_sample_recovered_tokens` with inv_q = 1 / exponentials
                                 (float64: vLLM's `use_fp64_gumbel` path) and
                                 `_rejection_random_sample` with our uniforms.
+                                `:FP32_NOISE` scores the race in float32 (e rounded to
+                                float32, then 1 / e in float32), vLLM's default
+                                (`use_fp64_gumbel` off).
   specdec.rejection_sample_rng  vLLM's own `rejection_sample` end to end, with its own
                                 random numbers: one seeded torch.Generator per request
                                 (vLLM's per-request `generators`, from `seed`), the
@@ -36,7 +39,9 @@ the commands).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import types
 
 os.environ["TRITON_INTERPRET"] = "1"  # read when a @triton.jit function is decorated (triton's own at its import)
 import triton  # noqa: E402
@@ -104,8 +109,9 @@ def _tensor(a, dtype=None):
 
 
 def rejection_sample(target_probs, draft_tokens, num_draft, uniforms, exponentials, bonus_tokens, greedy,
-                     draft_probs=None, *, draft="probs"):
-    """specdec.rejection_sample through vLLM's kernels, our random numbers fed in."""
+                     draft_probs=None, *, draft="probs", noise=np.float64):
+    """specdec.rejection_sample through vLLM's kernels, our random numbers fed in
+    (`noise`: the dtype of inv_q, float64 as vLLM's use_fp64_gumbel, float32 by default in vLLM)."""
     target_probs, draft_tokens, num_draft = map(np.asarray, (target_probs, draft_tokens, num_draft))
     uniforms, exponentials, bonus_tokens, greedy = map(np.asarray, (uniforms, exponentials, bonus_tokens, greedy))
     draft_probs = None if draft_probs is None else np.asarray(draft_probs)
@@ -127,7 +133,7 @@ def rejection_sample(target_probs, draft_tokens, num_draft, uniforms, exponentia
     if not is_greedy.all():
         recovered = torch.empty_like(dt_t)
         if dt_t.shape[0]:  # an empty grid axis (no draft at all) cannot be launched
-            inv_q = _tensor(exponentials, np.float64).reciprocal()
+            inv_q = _tensor(exponentials, noise).reciprocal()  # vLLM: q.exponential_() then q.reciprocal()
             rs._sample_recovered_tokens(recovered, cu, dt_t, dp_t, tp_t, inv_q, max_spec_len=k)
         rs._rejection_random_sample(out, cu, dt_t, dp_t, tp_t, bonus, recovered, _tensor(u, np.float64),
                                     is_greedy, k, None)
@@ -193,3 +199,8 @@ def rejection_sample_rng(target_probs, draft_tokens, num_draft, greedy, draft_pr
 
 OPS = {"specdec.rejection_sample": rejection_sample, "specdec.rejection_sample_rng": rejection_sample_rng}
 VARIANTS = {"specdec.*": {"draft": list(DRAFTS)}}
+# vLLM's default configuration: the recovered-token race scored in float32 (its noise drawn
+# in float32, then reciprocal() in float32; here e rounded to float32): --impl ...:FP32_NOISE
+FP32_NOISE = types.SimpleNamespace(
+    NAME=f"{NAME}, float32 noise (vLLM's default)", VERSION=VERSION, VARIANTS=VARIANTS,
+    OPS={"specdec.rejection_sample": functools.partial(rejection_sample, noise=np.float32)})
