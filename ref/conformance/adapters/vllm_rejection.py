@@ -181,7 +181,7 @@ def rejection_sample_rng(target_probs, draft_tokens, num_draft, greedy, draft_pr
     if B == 0:
         return np.full((0, k + 1), -1, np.int64)
     torch.manual_seed(seed)
-    generators = {b: torch.Generator().manual_seed((seed << 8) + b) for b in range(B)}
+    generators = {b: torch.Generator().manual_seed(seed * (1 << 20) + b) for b in range(B)}  # distinct per request
     greedy = greedy.astype(bool)
     bonus_rows = _tensor(target_probs[np.arange(B), num_draft], np.float32)
     bonus = random_sample(bonus_rows.clone(), generators).reshape(B, 1).to(torch.int64)
