@@ -9,7 +9,7 @@ imports nothing from ref).
                         retrieve_index = 0..n, retrieve_next_token = 1..n then -1, no
                         siblings; our uniforms [1, n], final uniform [1], target rows
                         0..n and draft rows 0..n - 1 (a point-mass draft as a one-hot
-                        row, which is what SGLang's n-gram path builds). The greedy rows
+                        row: SGLang's kernel takes draft rows only). The greedy rows
                         go through `verify_tree_greedy_triton` (spec_tree.py) on the same
                         chain with target_predict = the argmax of each target row: that
                         is how SGLang verifies greedy requests. The emitted tokens are
@@ -147,7 +147,7 @@ def chain_sample(target_probs, draft_tokens, num_draft, uniforms, final_uniforms
     V = target_probs.shape[2]
     if target_probs.shape[:2] != (B, k + 1) or num_draft.shape != (B,) or uniforms.shape != (B, k):
         raise ValueError("target_probs, num_draft, uniforms: shapes do not match draft_tokens")
-    if draft_probs is None:  # the point-mass draft as SGLang's n-gram verification builds it: one-hot rows
+    if draft_probs is None:  # a point-mass drafter: q = 1 at the drafted token (SGLang takes draft rows only)
         draft_probs = np.zeros((B, k, V), target_probs.dtype)
         b_idx, j_idx = np.nonzero(draft_tokens >= 0)
         draft_probs[b_idx, j_idx, draft_tokens[b_idx, j_idx]] = 1
