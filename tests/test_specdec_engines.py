@@ -2,8 +2,9 @@
 (spec/specdec.md, "Engines"): vLLM 0.33's rejection sampler, SGLang 0.5.23's chain
 sampling and greedy tree verification (both Triton kernels, run under Triton's
 interpreter), and transformers 5.24's `_speculative_sampling`. Each engine's tests
-skip where it is not installed; each adapter passes with its shipped xfails, every
-xfail is shown failing, and each divergence is asserted on its minimal case.
+skip where it is not installed; each adapter passes with its shipped xfails, what
+fails is only the divergences they name, and each divergence is asserted on its
+minimal case.
 
 vLLM and SGLang run in a child process: Triton's interpreter must be switched on
 (TRITON_INTERPRET=1) before triton is first imported, which this process may already
