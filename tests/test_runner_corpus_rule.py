@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     roofline_impls,
+    specdec_rejection,
     specdec_trees,
 )
 
@@ -73,6 +74,8 @@ def _entries():
         out["TREE_BUGS", name] = (lambda n=name: specdec_trees.bug(n), flag, [op])
     for name, (_, flag) in cache_radix.RADIX_BUGS.items():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
+    for name, (op, flag, _) in specdec_rejection.REJECTION_BUGS.items():
+        out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
     return out
 
 
@@ -83,7 +86,8 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
-              "specdec_trees": {"TREE_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}}
+# statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes
