@@ -209,13 +209,18 @@ def _check_against(naive: Naive, m: BlockManager):
     assert {s: len(m.table(s)) for s in m.sequences()} == {s: -(-n // naive.b) for s, n in naive.lengths.items()}
 
 
+def _state(m: BlockManager):
+    return {s: m.table(s) for s in m.sequences()}, m.sequences(), m.refcounts(), m.free_queue()
+
+
 def _apply(naive: Naive, m: BlockManager, method: str, args: dict):
-    """One step on the manager, the naive model following; a refusal changes nothing."""
-    before = {s: m.table(s) for s in m.sequences()}, m.num_free()
+    """One step on the manager, the naive model following; a refusal changes nothing
+    (tables, lengths, counts, the free queue's order)."""
+    before = _state(m)
     try:
         out = getattr(m, method)(**args)
     except ValueError:
-        assert ({s: m.table(s) for s in m.sequences()}, m.num_free()) == before
+        assert _state(m) == before
         return
     if method == "add_sequence":
         naive.tables[args["seq"]], naive.lengths[args["seq"]] = list(out), args["tokens"]
@@ -253,7 +258,7 @@ class ManagerMachine(RuleBasedStateMachine):
             return
         self.m, self.naive = BlockManager(total, b, null), Naive(total, b, int(null))
 
-    @rule(draw=st.tuples(st.integers(0, 6), st.integers(0, 7), st.integers(0, 9)))
+    @rule(draw=st.tuples(st.integers(0, 7), st.integers(0, 7), st.integers(0, 9)))
     @precondition(lambda self: self.m is not None)
     def act(self, draw):
         method, args = step(self.m, draw)
@@ -277,7 +282,7 @@ def test_a_hundred_thousand_random_operations_keep_the_invariants():
         total, b, null = rng.randint(2, 40), rng.choice([1, 2, 4, 16]), rng.random() < 0.5
         m, naive = BlockManager(total, b, null), Naive(total, b, int(null))
         for _ in range(500):
-            method, args = step(m, (rng.randint(0, 6), rng.randint(0, 7), rng.randint(0, 40)))
+            method, args = step(m, (rng.randint(0, 7), rng.randint(0, 7), rng.randint(0, 40)))
             _apply(naive, m, method, args)
         done += 500
 
@@ -303,7 +308,24 @@ class HighIdsFirst(BlockManager):
         self._free.reverse()
 
 
-@pytest.mark.parametrize("twin", [numpy_paged.BlockManager, HighIdsFirst])
+class GivesBackOnRefusal(numpy_paged.BlockManager):
+    """Correct: takes blocks one at a time and, refused for capacity, puts them back on
+    its stack (in another order): which free id comes next is not observable."""
+
+    def take(self, n):
+        out = []
+        for _ in range(n):
+            if not self.stack:
+                for b in out:
+                    self.refs[b] = 0
+                self.stack += out  # the most recently taken on top: the free order changed
+                raise ValueError(f"{n} blocks needed, {len(out)} free")
+            out.append(self.stack.pop())
+            self.refs[out[-1]] = 1
+        return out
+
+
+@pytest.mark.parametrize("twin", [numpy_paged.BlockManager, HighIdsFirst, GivesBackOnRefusal])
 def test_correct_twins_pass_through_renaming(twin):
     report = _judge(twin, examples=25)
     assert report.verdict == "pass", [f.describe() for f in report.failures]
@@ -311,6 +333,56 @@ def test_correct_twins_pass_through_renaming(twin):
 
 
 MANAGER_BUGS = {n: e for n, e in cache_paged.PAGED_BUGS.items() if e[0] == "cache.block_manager"}
+
+# A manager that refuses what the oracle refuses but changed its state first: the golden
+# trace aimed at it goes on past the refusal, and diverges at this later step.
+REFUSAL_STEP = {
+    "refused fork counts the parent's blocks": ("trace 25", "step 7: free(seq=0)"),
+    "refused fork replaces the child's table": ("trace 25", "step 5: table(seq=1)"),
+    "refused fork registers the child": ("trace 26", "step 3: table(seq=1)"),
+    "refused add registers the sequence": ("trace 27", "step 3: table(seq=1)"),
+    "refused add keeps the blocks it took": ("trace 27", "step 4: num_free()"),
+    "refused duplicate add takes blocks": ("trace 28", "step 3: num_free()"),
+    "refused negative add registers the sequence": ("trace 29", "step 3: table(seq=1)"),
+    "refused append records the length": ("trace 30", "step 4: append(seq=0, tokens=3)"),
+    "refused append takes the CoW block": ("trace 31", "step 4: table(seq=1)"),
+    "refused append keeps the blocks it took": ("trace 30", "step 3: num_free()"),
+    "refused append registers the sequence": ("trace 32", "step 3: table(seq=5)"),
+    "refused negative append copies the block": ("trace 33", "step 4: table(seq=1)"),
+    "refused table read registers the sequence": ("trace 32", "step 4: add_sequence(seq=5, tokens=1)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSAL_STEP))
+def test_a_refusal_that_changed_the_state_diverges_after_it(name):
+    trace, where = REFUSAL_STEP[name]
+    failures = {f.where: f for f in _judge(MANAGER_BUGS[name][2]).failures}
+    assert trace in failures, (name, sorted(failures))
+    detail = failures[trace].detail
+    assert detail.startswith(f"first divergence at {where}"), detail
+    assert "-> refused (" in detail  # the candidate refused the step too, as it should: the damage shows later
+
+
+def test_the_steps_draw_every_refusal_once_there_is_state():
+    """One step in 8 (plus the valid kinds' own misses) is a call the oracle refuses, of
+    every kind, drawn against the current state."""
+    rng = random.Random(5)
+    refused, drawn, kinds = 0, 0, set()
+    for _ in range(300):
+        m = BlockManager(rng.randint(2, 10), rng.choice([1, 2, 4]), rng.random() < 0.5)
+        m.add_sequence(0, rng.randint(0, m.block_size))
+        for _ in range(10):
+            draw = (rng.randint(0, 7), rng.randint(0, 7), rng.randint(0, 9))
+            method, args = step(m, draw)
+            drawn, live = drawn + 1, bool(m.sequences())
+            try:
+                getattr(m, method)(**args)
+            except ValueError:
+                refused += 1
+                kinds.add(draw[1] if draw[0] == 7 else None)
+            else:
+                assert draw[0] != 7 or not live, (draw, method, args)
+    assert kinds >= set(range(8)) and 0.12 < refused / drawn < 0.3, (kinds, refused / drawn)
 
 
 @pytest.mark.deep  # a search: how many examples it needs depends on hypothesis' version

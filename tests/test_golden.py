@@ -298,6 +298,8 @@ def test_the_schema_rejects_a_missing_schema_field_and_wrong_types(validator):
         "a shape given as a string": _edited(exact, lambda d: d["vectors"][0]["inputs"]["x"].update(shape="16")),
         "a float variant value": _edited(exact, lambda d: d["variants"]["rounding"].update(default=0.5)),
         "a valid vector without its output": _edited(exact, lambda d: d["vectors"][0].pop("expected")),
+        "a trace step without refused": _edited("cache/block_manager.json",
+                                                lambda d: d["traces"][0]["steps"][0].pop("refused")),
         "an unknown field": _edited(bounded, lambda d: d.update(tolerance=1e-3)),
     }
     for what, doc in wrong.items():
@@ -325,7 +327,8 @@ def _stateful() -> dict:
                                                              "latitude": False}},
         "identifiers": ["blocks[*]"], "releases": [],
         "traces": [{"id": 1, "comment": "c", "flags": [], "result": "valid", "params": {"policy": "lru"},
-                    "steps": [{"method": "allocate", "args": {"n": 2}, "observation": {"blocks": [0, 1]}}]}],
+                    "steps": [{"method": "allocate", "args": {"n": 2}, "refused": False,
+                               "observation": {"blocks": [0, 1]}}]}],
     }
 
 

@@ -86,8 +86,8 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
-              "specdec_rejection": {"REJECTION_BUGS"},
-              "specdec_trees": {"TREE_BUGS"}}  # statistical samplers: the rule is checked in tests/test_statistical.py
+              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}}
+# statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
 # Each is a named gap in the golden vectors, xfailed strictly: when a vector closes

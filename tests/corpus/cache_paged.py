@@ -190,6 +190,198 @@ class NullForEmpty(P.BlockManager):
         return [0] if tokens == 0 and self.null_block else out
 
 
+# ------------------------------------------------------------------ refusals that change state
+# Each refuses what the oracle refuses, but only after it changed something: the golden trace goes on past the
+# refusal, and a later step shows it.
+
+class ForkCountsBeforeChildCheck(P.BlockManager):
+    """The parent's blocks counted for the child before the child is checked: a refused fork onto an existing
+    sequence (or onto itself) leaves every block of the parent one reference too many, never freed."""
+
+    def fork(self, parent, child):
+        self._check(parent, True)
+        blocks = list(self.tables[parent])
+        self.refs[blocks] += 1
+        self._check(child, False)
+        self.tables[child], self.lengths[child] = blocks, self.lengths[parent]
+        return list(blocks)
+
+
+class ForkWritesChildFirst(P.BlockManager):
+    """The child's table written before the lengths say it exists: a refused fork onto an existing sequence
+    replaces that sequence's table with the parent's (its own blocks leak, the parent's lose a holder)."""
+
+    def fork(self, parent, child):
+        self._check(parent, True)
+        self.tables[child] = list(self.tables[parent])
+        if child in self.lengths:
+            raise ValueError(f"sequence {child} exists")
+        self.lengths[child] = self.lengths[parent]
+        self.refs[self.tables[child]] += 1
+        return list(self.tables[child])
+
+
+class ForkRegistersChild(P.BlockManager):
+    """The child's table fetched with setdefault (a defaultdict) before the parent is looked up: a fork from
+    an unknown parent fails with KeyError, the child left behind with an empty table."""
+
+    def fork(self, parent, child):
+        self._check(child, False)
+        table = self.tables.setdefault(child, [])
+        table += self.tables[parent]  # KeyError: refused, the child registered all the same
+        self.lengths[child] = self.lengths[parent]
+        self.refs[table] += 1
+        return list(table)
+
+
+class AddRegistersFirst(P.BlockManager):
+    """The sequence registered (empty table, its length) before its blocks are taken: an add refused for
+    capacity leaves a sequence holding nothing."""
+
+    def add_sequence(self, seq, tokens):
+        self._check(seq, False)
+        n = self._count(tokens)
+        self.tables[seq], self.lengths[seq] = [], n
+        self.tables[seq] = self.take(-(-n // self.block_size))
+        return list(self.tables[seq])
+
+
+class AddTakesOneByOne(P.BlockManager):
+    """Blocks taken one at a time until the stack runs dry: an add refused for capacity keeps those it took."""
+
+    def add_sequence(self, seq, tokens):
+        self._check(seq, False)
+        n = self._count(tokens)
+        blocks = []
+        for _ in range(-(-n // self.block_size)):
+            if not self.stack:
+                raise ValueError("out of blocks")
+            blocks += self.take(1)
+        self.tables[seq], self.lengths[seq] = blocks, n
+        return list(blocks)
+
+
+class AddTakesBeforeNameCheck(P.BlockManager):
+    """The blocks taken before the sequence id is checked: adding an existing sequence is refused, but the
+    blocks it took for it are never returned."""
+
+    def add_sequence(self, seq, tokens):
+        n = self._count(tokens)
+        blocks = self.take(-(-n // self.block_size))
+        self._check(seq, False)
+        self.tables[seq], self.lengths[seq] = blocks, n
+        return list(blocks)
+
+
+class AddRegistersBeforeCount(P.BlockManager):
+    """The sequence's table created (a defaultdict's lookup) before the count is checked: an add with a negative
+    count is refused, and the sequence exists, empty."""
+
+    def add_sequence(self, seq, tokens):
+        self._check(seq, False)
+        table = self.tables.setdefault(seq, [])
+        n = self._count(tokens)
+        table += self.take(-(-n // self.block_size))
+        self.lengths[seq] = n
+        return list(table)
+
+
+class AppendLengthFirst(P.BlockManager):
+    """The new length recorded before the capacity check: a refused append leaves the sequence longer than its
+    blocks, so a later append that fits is refused (or takes too many blocks)."""
+
+    def append(self, seq, tokens):
+        self._check(seq, True)
+        n = self._count(tokens)
+        table, length = self.tables[seq], self.lengths[seq]
+        self.lengths[seq] = length + n
+        needed = -(-(length + n) // self.block_size) - len(table)
+        shared = n > 0 and length % self.block_size != 0 and self.refs[table[-1]] > 1
+        if needed + shared > len(self.stack):
+            raise ValueError(f"{needed + shared} blocks needed, {len(self.stack)} free")
+        copies = self.copy_on_write(table) if shared else []
+        new = self.take(needed)
+        table.extend(new)
+        return {"new": new, "copies": copies}
+
+
+class AppendCopiesBeforeCapacity(P.BlockManager):
+    """The copy-on-write done before the fresh blocks are counted: an append needing a copy and a new block,
+    with one block free, takes the copy and is refused; the table no longer shares its last block."""
+
+    def append(self, seq, tokens):
+        self._check(seq, True)
+        n = self._count(tokens)
+        table, length = self.tables[seq], self.lengths[seq]
+        shared = n > 0 and length % self.block_size != 0 and self.refs[table[-1]] > 1
+        copies = self.copy_on_write(table) if shared else []
+        new = self.take(-(-(length + n) // self.block_size) - len(table))
+        table.extend(new)
+        self.lengths[seq] = length + n
+        return {"new": new, "copies": copies}
+
+
+class AppendGrowsUntilRefused(P.BlockManager):
+    """The table grown a block at a time until the tokens fit, refusing when the stack runs dry: a refused
+    append keeps the blocks it took."""
+
+    def append(self, seq, tokens):
+        self._check(seq, True)
+        n = self._count(tokens)
+        table, length = self.tables[seq], self.lengths[seq]
+        shared = n > 0 and length % self.block_size != 0 and self.refs[table[-1]] > 1
+        if shared + (len(table) * self.block_size < length + n) > len(self.stack):
+            raise ValueError("out of blocks")
+        copies = self.copy_on_write(table) if shared else []
+        new = []
+        while len(table) * self.block_size < length + n:
+            new += self.take(1)
+            table.append(new[-1])
+        self.lengths[seq] = length + n
+        return {"new": new, "copies": copies}
+
+
+class AppendRegistersUnknown(P.BlockManager):
+    """The table fetched with setdefault (a defaultdict) before the length: appending to an unknown sequence
+    fails with KeyError, and the sequence exists afterwards, empty."""
+
+    def append(self, seq, tokens):
+        n = self._count(tokens)
+        self.tables.setdefault(seq, [])
+        self.lengths[seq]  # noqa: B018  KeyError for an unknown sequence: refused, but registered
+        return super().append(seq, n)
+
+
+class AppendCopiesBeforeCountCheck(P.BlockManager):
+    """The count checked only after the copy-on-write, which is decided on `tokens != 0`: an append of a
+    negative count to a shared partial last block copies it, then is refused."""
+
+    def append(self, seq, tokens):
+        self._check(seq, True)
+        table, length = self.tables[seq], self.lengths[seq]
+        shared = tokens != 0 and length % self.block_size != 0 and self.refs[table[-1]] > 1
+        needed = max(-(-(length + tokens) // self.block_size) - len(table), 0)
+        if needed + shared > len(self.stack):
+            raise ValueError(f"{needed + shared} blocks needed, {len(self.stack)} free")
+        copies = self.copy_on_write(table) if shared else []
+        n = self._count(tokens)
+        new = self.take(needed)
+        table.extend(new)
+        self.lengths[seq] = length + n
+        return {"new": new, "copies": copies}
+
+
+class TableRegistersUnknown(P.BlockManager):
+    """table() reads a defaultdict: asking for an unknown sequence's table registers it (empty) before the
+    refusal, so adding that sequence later is refused."""
+
+    def table(self, seq):
+        if seq not in self.lengths:
+            self.tables.setdefault(seq, [])
+            raise ValueError(f"sequence {seq} does not exist")
+        return super().table(seq)
+
+
 PAGED_BUGS = {
     "slot off by one": ("cache.slot_mapping", "SlotOffset", _slots(_slot_off_by_one)),
     "slots in int32": ("cache.slot_mapping", "Int32Slots", _slots(_slot_int32)),
@@ -212,6 +404,19 @@ PAGED_BUGS = {
     "CoW on an append of 0 tokens": ("cache.block_manager", "CopyOnWrite", CowOnEmptyAppend),
     "CoW only for the fork's child": ("cache.block_manager", "CopyOnWrite", CowOnlyForChild),
     "null block as a 0-token sequence's table": ("cache.block_manager", "NullBlock", NullForEmpty),
+    "refused fork counts the parent's blocks": ("cache.block_manager", "RefCount", ForkCountsBeforeChildCheck),
+    "refused fork replaces the child's table": ("cache.block_manager", "RefCount", ForkWritesChildFirst),
+    "refused fork registers the child": ("cache.block_manager", "InvalidInput", ForkRegistersChild),
+    "refused add registers the sequence": ("cache.block_manager", "Capacity", AddRegistersFirst),
+    "refused add keeps the blocks it took": ("cache.block_manager", "Capacity", AddTakesOneByOne),
+    "refused duplicate add takes blocks": ("cache.block_manager", "Capacity", AddTakesBeforeNameCheck),
+    "refused negative add registers the sequence": ("cache.block_manager", "InvalidInput", AddRegistersBeforeCount),
+    "refused append records the length": ("cache.block_manager", "Capacity", AppendLengthFirst),
+    "refused append takes the CoW block": ("cache.block_manager", "CopyOnWrite", AppendCopiesBeforeCapacity),
+    "refused append keeps the blocks it took": ("cache.block_manager", "Capacity", AppendGrowsUntilRefused),
+    "refused append registers the sequence": ("cache.block_manager", "InvalidInput", AppendRegistersUnknown),
+    "refused negative append copies the block": ("cache.block_manager", "CopyOnWrite", AppendCopiesBeforeCountCheck),
+    "refused table read registers the sequence": ("cache.block_manager", "InvalidInput", TableRegistersUnknown),
 }
 
 

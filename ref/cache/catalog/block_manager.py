@@ -3,7 +3,11 @@
 Traces of add_sequence / append / fork / free / table / null / num_free calls; block
 ids are the implementation's choice (compared up to renaming), a freed block's id is
 released. The traces target the bookkeeping engines get wrong: a copy-on-write not
-done or leaking its source, a reference not dropped on free, the null block handed out.
+done or leaking its source, a reference not dropped on free, the null block handed out,
+and a refused call that changed the state before it refused (a count raised, a block
+or a copy taken, a sequence registered, a length recorded): those traces go on past the
+refusal and look at what it could have changed, and the steps strategy draws a refusal
+of every kind one step in 8 once a sequence exists.
 """
 
 from __future__ import annotations
@@ -112,16 +116,100 @@ def _traces() -> list[TraceSpec]:
         TraceSpec("a pool of no blocks is refused", (INVALID_INPUT,), (), {**b4, "num_blocks": 0}, "invalid"),
         TraceSpec("a null block with nothing else is refused", (INVALID_INPUT, "NullBlock"), (),
                   {**b4, "num_blocks": 1, "null_block": True}, "invalid"),
+        # Refusals in mid-trace: each refused call must change nothing, and the steps after it look at what a
+        # manager that mutates before it checks would have changed (tables, counts, lengths, sequences).
+        TraceSpec("a refused fork onto an existing child (or onto itself) raises no count and replaces no table: "
+                  "each free returns its own blocks", ("RefCount", INVALID_INPUT),
+                  ((A, {"seq": 0, "tokens": 8}), (A, {"seq": 1, "tokens": 1}), (F, {"parent": 0, "child": 1}),
+                   (F, {"parent": 0, "child": 0}), (T, {"seq": 1}), (X, {"seq": 1}), (X, {"seq": 0}), (C, {})),
+                  {**b4, "num_blocks": 4}, "invalid", refused=(3, 4)),
+        TraceSpec("a refused fork from an unknown parent registers no child", (INVALID_INPUT,),
+                  ((A, {"seq": 0, "tokens": 5}), (F, {"parent": 7, "child": 1}), (T, {"seq": 1}),
+                   (F, {"parent": 0, "child": 1}), (C, {})), {**b4, "num_blocks": 4}, "invalid", refused=(2, 3)),
+        TraceSpec("a refused add (too few free blocks) registers nothing and takes nothing", ("Capacity",),
+                  ((A, {"seq": 0, "tokens": 9}), (A, {"seq": 1, "tokens": 8}), (T, {"seq": 1}), (C, {}),
+                   (A, {"seq": 1, "tokens": 4}), (C, {})), {**b4, "num_blocks": 4}, "invalid", refused=(2, 3)),
+        TraceSpec("a refused add of an existing sequence takes no block and keeps its table",
+                  ("Capacity", INVALID_INPUT),
+                  ((A, {"seq": 0, "tokens": 4}), (A, {"seq": 0, "tokens": 8}), (C, {}), (T, {"seq": 0}),
+                   (A, {"seq": 1, "tokens": 12}), (C, {})), {**b4, "num_blocks": 4}, "invalid", refused=(2,)),
+        TraceSpec("a refused add (a negative count) registers nothing", (INVALID_INPUT,),
+                  ((A, {"seq": 0, "tokens": 1}), (A, {"seq": 1, "tokens": -1}), (T, {"seq": 1}),
+                   (A, {"seq": 1, "tokens": 1}), (C, {})), {**b4, "num_blocks": 4}, "invalid", refused=(2, 3)),
+        TraceSpec("a refused append (too few free blocks) keeps the sequence's length and takes no block",
+                  ("Capacity",),
+                  ((A, {"seq": 0, "tokens": 9}), (P, {"seq": 0, "tokens": 8}), (C, {}), (P, {"seq": 0, "tokens": 3}),
+                   (T, {"seq": 0}), (P, {"seq": 0, "tokens": 1}), (C, {})), {**b4, "num_blocks": 4}, "invalid",
+                  refused=(2,)),
+        TraceSpec("a refused append needing a copy and a fresh block takes neither: the last block stays shared",
+                  ("CopyOnWrite", "Capacity"),
+                  ((A, {"seq": 0, "tokens": 6}), (F, {"parent": 0, "child": 1}), (P, {"seq": 1, "tokens": 3}),
+                   (T, {"seq": 1}), (C, {}), (P, {"seq": 1, "tokens": 1}), (C, {}), (X, {"seq": 0}), (C, {})),
+                  {**b4, "num_blocks": 3}, "invalid", refused=(3,)),
+        TraceSpec("a refused append to an unknown sequence registers nothing, nor does reading its table",
+                  (INVALID_INPUT,),
+                  ((A, {"seq": 0, "tokens": 1}), (P, {"seq": 5, "tokens": 1}), (T, {"seq": 5}),
+                   (A, {"seq": 5, "tokens": 1}), (C, {})), {**b4, "num_blocks": 4}, "invalid", refused=(2, 3)),
+        TraceSpec("a refused append of a negative count copies nothing: the last block stays shared",
+                  (INVALID_INPUT, "CopyOnWrite"),
+                  ((A, {"seq": 0, "tokens": 6}), (F, {"parent": 0, "child": 1}), (P, {"seq": 1, "tokens": -1}),
+                   (T, {"seq": 1}), (C, {}), (X, {"seq": 0}), (X, {"seq": 1}), (C, {})), {**b4, "num_blocks": 4},
+                  "invalid", refused=(3,)),
     ]
 
 
-# (which step, a sequence pick, a token count): one strategy built once, read against the state
-_DRAW = st.tuples(st.integers(0, 6), st.integers(0, 7), st.integers(0, 9))
+# (which step, a sequence pick, a token count, a refusal when 7): one strategy built once, read against the
+# state; the refusal is a draw of its own so that the valid steps' mix stays what it was (the search finds the
+# copy-on-write bugs as fast as before)
+_DRAW = st.tuples(st.integers(0, 6), st.integers(0, 7), st.integers(0, 9), st.integers(0, 7))
+
+
+def _refused_append(manager: BlockManager, seq: int, extra: int) -> int:
+    """A token count one block too many for `seq` (the copy-on-write's block counted), `extra` (0..B-1)
+    tokens past the smallest such count while that needs the same blocks."""
+    b, table, length = manager.block_size, manager.table(seq), manager.sequences()[seq]
+    cow = length % b != 0 and manager.refcounts()[table[-1]] > 1  # any append of tokens > 0 copies
+    fresh = manager.num_free() + 1 - cow  # the fresh blocks that make it one too many
+    room = len(table) * b - length
+    return 1 + extra % room if fresh == 0 else room + (fresh - 1) * b + 1 + extra % b
+
+
+def _refusal(manager: BlockManager, kind: int, tokens: int) -> tuple[str, dict]:
+    """A call the manager refuses, of one of 8 kinds (`kind`), each a place where a manager that changes its
+    state before it checks would keep half of what it did; `tokens` picks the sequences and the count."""
+    live = sorted(manager.sequences())  # not empty
+    i, n = tokens % len(live), len(live)
+    old, other = live[i], live[(i + 1 + tokens // 2 % max(n - 1, 1)) % n]  # other is old only when alone
+    b, refs = manager.block_size, manager.refcounts()
+    shared = [s for s, n in manager.sequences().items() if n % b and refs[manager.table(s)[-1]] > 1]
+    if kind in (3, 4) and shared:  # an append that would copy-on-write: where a copy taken too early shows
+        old = shared[tokens % len(shared)]
+    new = tokens % 8
+    while new in live:
+        new += 1
+    if kind == 0:  # an existing sequence added again
+        return A, {"seq": old, "tokens": tokens}
+    if kind == 1:  # a negative count
+        return A, {"seq": new, "tokens": -1 - tokens % 3}
+    if kind == 2:  # a new sequence one block too long
+        return A, {"seq": new, "tokens": manager.num_free() * manager.block_size + 1 + tokens % manager.block_size}
+    if kind == 3:  # an append one block too long (a copy-on-write included)
+        return P, {"seq": old, "tokens": _refused_append(manager, old, tokens)}
+    if kind == 4:
+        return P, {"seq": old, "tokens": -1 - tokens % 3}
+    if kind == 5:  # an unknown sequence appended to, or forked from (onto a new child)
+        return (P, {"seq": new, "tokens": tokens}) if tokens % 2 else (F, {"parent": new, "child": new + 1})
+    if kind == 6:  # a fork onto another existing sequence (onto itself when there is no other)
+        return F, {"parent": old, "child": other}
+    return (T, {"seq": new}) if tokens % 2 else (X, {"seq": new})
 
 
 def step(manager: BlockManager, draw: tuple[int, int, int]) -> tuple[str, dict]:
     """The next step, mostly valid: existing sequences appended, forked and freed, new
-    ones added; now and then an unknown sequence, a fork onto itself, or more tokens than fit."""
+    ones added (and more tokens than fit, now and then). `which` 7 (the search draws it
+    one step in 8), once a sequence exists: a call the manager refuses, of kind `pick`
+    (an unknown sequence, an existing one added or forked onto, a negative count, one
+    block too many), so that a refusal that changed the state shows in the steps after it."""
     which, pick, tokens = draw
     live = sorted(manager.sequences())  # sequence ids in use
     old = live[pick % len(live)] if live else pick
@@ -130,6 +218,8 @@ def step(manager: BlockManager, draw: tuple[int, int, int]) -> tuple[str, dict]:
         new += 1
     if which == 0 or not live:
         return A, {"seq": new if which or pick % 5 else old, "tokens": tokens}
+    if which == 7:
+        return _refusal(manager, pick, tokens)
     if which == 1:
         return P, {"seq": old, "tokens": tokens if pick % 4 else 0}
     if which == 2:  # now and then a fork from an unknown parent, or onto itself (refused)
@@ -144,7 +234,7 @@ def step(manager: BlockManager, draw: tuple[int, int, int]) -> tuple[str, dict]:
 
 
 def _steps(manager: BlockManager) -> st.SearchStrategy:
-    return _DRAW.map(lambda draw: step(manager, draw))
+    return _DRAW.map(lambda d: step(manager, (7 if d[3] == 7 else d[0], d[1], d[2])))
 
 
 def _examples(supported):

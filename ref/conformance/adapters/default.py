@@ -21,8 +21,13 @@ covers every op of the catalog, with code that is not the oracle:
 - `python_prefix_blocks`: vLLM's block hashes (CBOR by hand, pickle from the standard
   library) and its hash-chained prefix cache over an OrderedDict free queue;
 - `python_radix`: SGLang's radix prefix cache as a trie with one edge per page;
+- `numpy_specdec`: speculative rejection sampling (vLLM's contract and the inverse-CDF
+  chain): one program per request in Python floats, racing by division, the CDF by a
+  running sum;
 - `numpy_specdec_rng`: a speculative-decoding step drawing its own numbers (PCG64,
-  Gumbel-max draws) for the statistical `specdec.rejection_sample_rng`.
+  Gumbel-max draws) for the statistical `specdec.rejection_sample_rng`;
+- `numpy_spec_trees`: token trees (masks, positions, SGLang's links), greedy tree
+  verification, multi-draft and target-only tree sampling, Medusa's typical acceptance.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -40,6 +45,8 @@ from ref.conformance.adapters import (
     numpy_paged,
     numpy_paged_attention,
     numpy_roofline,
+    numpy_spec_trees,
+    numpy_specdec,
     numpy_specdec_rng,
     numpy_sr_bits,
     numpy_stochastic,
@@ -49,12 +56,12 @@ from ref.conformance.adapters import (
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
-         numpy_specdec_rng)
+         numpy_specdec, numpy_specdec_rng, numpy_spec_trees)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
         f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged.NAME} + "
         f"{numpy_paged_attention.NAME} + {python_prefix_blocks.NAME} + {python_radix.NAME} + "
-        f"{numpy_specdec_rng.NAME}")
+        f"{numpy_specdec.NAME} + {numpy_specdec_rng.NAME} + {numpy_spec_trees.NAME}")
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}
