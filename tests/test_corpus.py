@@ -36,6 +36,7 @@ def _all_vectors(ops):
     return parse_entries(text)
 
 
+@pytest.mark.deep  # every variant of every element format through the runner: about 30 s
 def test_table_codec_with_every_variant_passes():
     report = run(table_codec(kinds=("encode", "encode_stochastic", "decode", "pack")), examples=15, shrink=False)
     assert report.ok, report.details()

@@ -22,6 +22,7 @@ def test_the_default_covers_every_op_of_the_catalog():
     assert set(impl.ops) == set(discover())
 
 
+@pytest.mark.deep  # the whole catalog (about 40 s); CI's main job runs `llm-ref conform` on it every time too
 def test_every_op_passes_and_only_documented_divergences_are_xfails():
     impl = load_implementation(DEFAULT)
     xfails = parse_entries(shipped_xfails(DEFAULT).read_text())
