@@ -201,10 +201,11 @@ def _added() -> list[VectorSpec]:
     draft_off = np.zeros_like(good["draft_probs"])
     draft_off[:, 1, 3] = 2.0 ** -14
     return [
-        _spec("target row 0 off 1 by +2^-14 and draft row 1 by -2^-14 (6.1e-5, inside the tolerance 1e-4): valid",
+        _spec("target_probs row 0 off 1 by +2^-14, draft_probs row 1 by -2^-14 (6.1e-5, inside the tolerance "
+              "1e-4): valid",
               ["RowSumTolerance"], {**good, "target_probs": good["target_probs"] + off,
                                     "draft_probs": good["draft_probs"] - draft_off}),
-        _spec("target row 0 off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected",
+        _spec("target_probs: row 0 off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4)",
               [INVALID_INPUT, "RowSumTolerance"], {**good, "target_probs": good["target_probs"] + 8 * off},
               result="invalid"),
     ]
