@@ -256,3 +256,27 @@ def test_rows_past_num_draft_are_never_read(op):
         assert np.array_equal(entry.oracle(**inputs, **case.params), entry.oracle(**case.inputs, **case.params))
 
     check()
+
+
+def test_one_row_sum_tolerance_for_the_area():
+    """Every specdec oracle and default kernel checks rows at SUM_TOLERANCE = 1e-4: a row off by
+    2^-14 passes each oracle, one off by 2^-11 is refused by each."""
+    from ref.conformance.adapters import numpy_spec_trees, numpy_specdec_rng
+    from ref.specdec import marginals, multi_draft, rejection, speedup
+
+    tolerances = {rejection.SUM_TOLERANCE, multi_draft.PROB_TOLERANCE, marginals.ROW_SUM_TOLERANCE,
+                  speedup.ROW_SUM_TOLERANCE, numpy_specdec.TOLERANCE, numpy_spec_trees.TOL,
+                  numpy_specdec_rng._TOLERANCE}
+    assert tolerances == {1e-4}
+    for off, ok in ((2.0**-14, True), (2.0**-11, False)):
+        row = np.array([0.5 + off, 0.5])
+        calls = (lambda: multi_draft.check_probs(row[None], "p", (1, 2)),
+                 lambda: speedup.acceptance(row, np.array([0.5, 0.5])),
+                 lambda: rejection_sample(row[None, None], np.array([[0]]), np.array([1]), np.array([[0.5]]),
+                                          np.ones((1, 2)), np.array([1]), np.array([False])))
+        for call in calls:
+            if ok:
+                call()
+            else:
+                with pytest.raises(ValueError):
+                    call()

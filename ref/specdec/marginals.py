@@ -31,9 +31,11 @@ import enum
 
 import numpy as np
 
+from ref.specdec.rejection import SUM_TOLERANCE
+
 __all__ = ["Draft", "check_step", "rejection_sample_marginals", "ROW_SUM_TOLERANCE"]
 
-ROW_SUM_TOLERANCE = 1e-4  # |sum(row) - 1| allowed for every row that is read (as ref.specdec.rejection: float32 softmax rows)
+ROW_SUM_TOLERANCE = SUM_TOLERANCE  # the area's one tolerance (ref.specdec.rejection)
 
 
 class Draft(enum.Enum):

@@ -33,12 +33,13 @@ import enum
 import numpy as np
 
 from ref.arguments import member, real
+from ref.specdec.rejection import SUM_TOLERANCE
 from ref.specdec.tree import PAD, check_ids, check_parents, children
 
 __all__ = ["PROB_TOLERANCE", "Drafts", "check_probs", "inverse_cdf", "tree_rejection_sample",
            "tree_sample_target_only", "typical_acceptance", "typical_threshold"]
 
-PROB_TOLERANCE = 1e-5  # |sum(row) - 1| allowed for a probability row (float32 rows of thirds pass)
+PROB_TOLERANCE = SUM_TOLERANCE  # |sum(row) - 1| allowed: the area's one tolerance (ref.specdec.rejection)
 
 
 class Drafts(enum.Enum):

@@ -39,7 +39,7 @@ import numpy as np
 __all__ = ["Draft", "PLACEHOLDER", "SUM_TOLERANCE", "chain_sample", "rejection_sample"]
 
 PLACEHOLDER = -1  # after the emitted tokens, and a padded draft
-SUM_TOLERANCE = 1e-4  # |sum(row) - 1| a probability row may be off by (float32 softmax over 2^17 tokens: ~1e-5)
+SUM_TOLERANCE = 1e-4  # |sum(row) - 1| allowed in every specdec op (float32 softmax over 2^17 tokens: ~1e-5)
 
 
 class Draft(enum.Enum):

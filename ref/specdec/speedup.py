@@ -41,11 +41,12 @@ from ref.roofline.kv import kv_bytes, state_bytes
 from ref.roofline.moe import moe_bytes_touched
 from ref.roofline.perf import PhaseEstimate, decode_step, estimate, max_batch
 from ref.roofline.specdec import expected_tokens
+from ref.specdec.rejection import SUM_TOLERANCE
 
 __all__ = ["SpecStep", "acceptance", "length_law", "positionwise_tokens", "slowdown_batch", "spec_step",
            "tv_distance", "verify_step"]
 
-ROW_SUM_TOLERANCE = 1e-6
+ROW_SUM_TOLERANCE = SUM_TOLERANCE  # the area's one tolerance (ref.specdec.rejection)
 
 
 def _rows(p: ArrayLike, q: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

@@ -8,6 +8,7 @@ one op; `CORRECT`: name -> Implementation of both ops.
 
 from __future__ import annotations
 
+import inspect
 import math
 from functools import partial
 
@@ -139,6 +140,46 @@ def _last_tie(ni, xs, ps, qs, us, greedy, coin):
     return out, None
 
 
+def _greedy_full(kernel, last):
+    """A greedy row that matches every draft ends with last(p, xs, n, k) instead of the contract's token (vLLM's
+    bonus_tokens, the chain's argmax of row n)."""
+    signature = inspect.signature(kernel)
+
+    def wrong(*args, **kwargs):
+        out = kernel(*args, **kwargs)
+        given = signature.bind(*args, **kwargs).arguments
+        greedy = np.asarray(given["greedy"])
+        p, x, k = np.asarray(given["target_probs"], np.float64), np.asarray(given["draft_tokens"]), out.shape[1] - 1
+        for i, n in enumerate(int(a) for a in np.asarray(given["num_draft"])):
+            if greedy[i] and n and out[i, n] != -1 and list(out[i, :n]) == list(x[i, :n]):
+                token = last(p[i], list(x[i]), n, k)
+                out[i, n] = out[i, n] if token is None else token
+        return out
+    return wrong
+
+
+def _argmax_last_row(p, xs, n, k):
+    """argmax of the last draft's row (the row that verified it), the greedy bonus read one row early."""
+    return S.argmax(p[n - 1])
+
+
+def _repeat_last_draft(p, xs, n, k):
+    """With every one of k drafts matched (n = k), the last draft written again where the bonus goes."""
+    return xs[n - 1] if n == k else None
+
+
+def _with_tolerance(kernel, tolerance):
+    """The adapter's row-sum check run at another tolerance than the spec's 1e-4."""
+    def wrong(*args, **kwargs):
+        saved = S.TOLERANCE
+        S.TOLERANCE = tolerance
+        try:
+            return kernel(*args, **kwargs)
+        finally:
+            S.TOLERANCE = saved
+    return wrong
+
+
 def _vllm(**steps):
     return partial(S.rejection_sample, **steps)
 
@@ -182,6 +223,20 @@ REJECTION_BUGS = {
     "vllm: a padded -1 draft read as token V - 1": (VLLM, "PaddedDraft", _vllm(accept=_padding_read)),
     "chain: a padded -1 draft read as token V - 1": (CHAIN, "PaddedDraft", _chain(accept=_padding_read)),
     "vllm: greedy ties to the last index": (VLLM, "Ties", _vllm(accept=_last_tie)),
+    "vllm: a greedy full match emits argmax of the last draft row, not the bonus": (
+        VLLM, "Bonus", _greedy_full(S.rejection_sample, _argmax_last_row)),
+    "vllm: a greedy full match of k drafts repeats the last draft": (
+        VLLM, "Bonus", _greedy_full(S.rejection_sample, _repeat_last_draft)),
+    "chain: a greedy full match emits argmax of the last draft row, not of row n": (
+        CHAIN, "Bonus", _greedy_full(S.chain_sample, _argmax_last_row)),
+    "vllm: rows checked to 1e-7 (float32 softmax rows refused)": (VLLM, "RowSumTolerance",
+                                                                   _with_tolerance(S.rejection_sample, 1e-7)),
+    "chain: rows checked to 1e-7 (float32 softmax rows refused)": (CHAIN, "RowSumTolerance",
+                                                                    _with_tolerance(S.chain_sample, 1e-7)),
+    "vllm: rows checked to 1e-3 (rows off by more accepted)": (VLLM, "RowSumTolerance",
+                                                               _with_tolerance(S.rejection_sample, 1e-3)),
+    "chain: rows checked to 1e-3 (rows off by more accepted)": (CHAIN, "RowSumTolerance",
+                                                                _with_tolerance(S.chain_sample, 1e-3)),
 }
 
 

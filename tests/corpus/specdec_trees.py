@@ -272,6 +272,89 @@ def _padding_accepted(target_probs, draft_tokens, num_draft, final_uniforms, **k
 
 _TY = K.typical_acceptance
 
+
+def _typical_rows(accept_row=lambda j: j, final_row=lambda j: j, keep=lambda p, t: p >= t):
+    """Medusa's rule with the draft at position j judged by row accept_row(j)'s threshold and the final draw at
+    position j restricted to keep(p, t), t row final_row(j)'s threshold (the contract: each row its own
+    threshold, and p >= t kept)."""
+    def kernel(target_probs, draft_tokens, num_draft, final_uniforms, *, posterior_threshold=0.09,
+               posterior_alpha=0.3):
+        out = _TY(target_probs, draft_tokens, num_draft, final_uniforms, posterior_threshold=posterior_threshold,
+                  posterior_alpha=posterior_alpha)  # the adapter's checks; the tokens are recomputed below
+        eps, alpha = float(np.asarray(posterior_threshold)), float(np.asarray(posterior_alpha))
+        t_all, x, num = np.asarray(target_probs, np.float64), np.asarray(draft_tokens), np.asarray(num_draft)
+        u = np.asarray(final_uniforms)
+        out[:] = -1
+        for r in range(out.shape[0]):
+            rows = t_all[r]
+            j = 0
+            while j < num[r] and x[r, j] >= 0 and rows[j, x[r, j]] > K.medusa_threshold(rows[accept_row(j)], eps,
+                                                                                        alpha):
+                out[r, j] = x[r, j]
+                j += 1
+            t = K.medusa_threshold(rows[final_row(j)], eps, alpha)
+            out[r, j] = K.sample(np.where(keep(rows[j], t), rows[j], 0.0), float(u[r]))
+        return out
+    return kernel
+
+
+def _padding_unchecked(target_probs, draft_tokens, num_draft, final_uniforms, **kw):
+    """Drafts past num_draft never looked at (so never refused when they are not -1)."""
+    d = np.asarray(draft_tokens).copy()
+    n = np.asarray(num_draft)
+    if d.ndim == 2 and n.shape == (d.shape[0],):
+        d[np.arange(d.shape[1])[None, :] >= n[:, None]] = -1
+    return _TY(target_probs, d, num_draft, final_uniforms, **kw)
+
+
+def _dedup_mass(target_row, coin, tokens, children, single, acc_scale):
+    """A sibling repeating a rejected sibling's token adds no mass (SGLang adds it again)."""
+    acc, rejected = 0.0, []
+    for c in children:
+        mass = target_row[tokens[c]]
+        acc += 0.0 if int(tokens[c]) in rejected else mass
+        if coin <= acc / acc_scale or mass >= single:
+            return c, rejected
+        rejected.append(int(tokens[c]))
+    return None, rejected
+
+
+def _residual_from_p():
+    """After the first rejection at a node, each later one recomputes norm(max(p - q, 0)) from the node's p instead
+    of chaining the residual (the residual the previous update returned is recognised by identity)."""
+    state = {"last": None, "base": None}
+
+    def update(residual, q):
+        if residual is not state["last"]:
+            state["base"] = residual  # the first rejection at this node: residual is still p
+        state["last"] = K.residual_after(state["base"], q)
+        return state["last"]
+    return update
+
+
+def _rejection_fresh_state(**kw):
+    def kernel(*args, **kwargs):
+        return K.tree_rejection_sample(*args, **kwargs, update=_residual_from_p())
+    return kernel
+
+
+def _strict_test(residual, q, x, u):
+    """r(x) / q(x) > u: the draft rejected at equality, where the contract keeps it."""
+    return bool(q[x] > 0 and residual[x] > 0 and residual[x] / q[x] > u)
+
+
+def _with_tolerance(fn, tolerance):
+    """The adapter's row-sum check at another tolerance than the spec's 1e-4."""
+    def kernel(*args, **kwargs):
+        saved = K.TOL
+        K.TOL = tolerance
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            K.TOL = saved
+    return kernel
+
+
 TREE_BUGS = {
     "mask: siblings visible": ("specdec.tree_attention", "SiblingVisible", _mask_bug(_siblings_visible)),
     "mask: every shallower node visible (cousins)": ("specdec.tree_attention", "SiblingVisible",
@@ -333,6 +416,28 @@ TREE_BUGS = {
                                                 partial(_TY, restrict=False)),
     "typical: -1 inside num_draft read as the last id": ("specdec.typical_acceptance", "DraftPadding",
                                                          _padding_accepted),
+    "typical: every draft judged by row 0's threshold": ("specdec.typical_acceptance", "TypicalThreshold",
+                                                         _typical_rows(accept_row=lambda j: 0)),
+    "typical: the final draw restricted by row 0's threshold": ("specdec.typical_acceptance", "TypicalFallback",
+                                                                _typical_rows(final_row=lambda j: 0)),
+    "typical: the final draw keeps p > t (drops p == t)": ("specdec.typical_acceptance", "TypicalFallback",
+                                                           _typical_rows(keep=lambda p, t: p > t)),
+    "typical: drafts past num_draft not checked": ("specdec.typical_acceptance", "DraftPadding", _padding_unchecked),
+    "typical: rows checked to 1e-3": ("specdec.typical_acceptance", "RowSumTolerance", _with_tolerance(_TY, 1e-3)),
+    "typical: rows checked to 1e-5": ("specdec.typical_acceptance", "RowSumTolerance", _with_tolerance(_TY, 1e-5)),
+    "target-only: a repeated sibling token's mass counted once": ("specdec.tree_sample_target_only", "DuplicateMass",
+                                                                   partial(_TO, level_rule=_dedup_mass)),
+    "target-only: rows checked to 1e-3": ("specdec.tree_sample_target_only", "RowSumTolerance",
+                                          _with_tolerance(_TO, 1e-3)),
+    "target-only: rows checked to 1e-5": ("specdec.tree_sample_target_only", "RowSumTolerance",
+                                          _with_tolerance(_TO, 1e-5)),
+    "rejection: residual recomputed from p at each later sibling": ("specdec.tree_rejection_sample", "ResidualUpdate",
+                                                                    _rejection_fresh_state()),
+    "rejection: strict r / q > u": ("specdec.tree_rejection_sample", "CoinEquality", _rejection(test=_strict_test)),
+    "rejection: rows checked to 1e-3": ("specdec.tree_rejection_sample", "RowSumTolerance",
+                                        _with_tolerance(K.tree_rejection_sample, 1e-3)),
+    "rejection: rows checked to 1e-5": ("specdec.tree_rejection_sample", "RowSumTolerance",
+                                        _with_tolerance(K.tree_rejection_sample, 1e-5)),
 }
 
 

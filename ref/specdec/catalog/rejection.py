@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 from hypothesis import strategies as st
 
-from ref.specdec.catalog.common import AREA
+from ref.specdec.catalog.common import AREA, ROW_SUM_FLAG
 from ref.specdec.catalog.requests import Request, batch, random_request
 from ref.specdec.rejection import Draft, chain_sample, rejection_sample
 from ref.testing.catalog_types import Flag, Variant, seed_for
@@ -64,6 +64,7 @@ FLAGS = {
                           "from row k)", "a padded position decides the step: NaN garbage or the wrong bonus"),
     "GreedyPath": Flag("greedy rows run through the random coins instead of argmax matching",
                        "a temperature-0 request samples"),
+    "RowSumTolerance": ROW_SUM_FLAG,
     "PaddedDraft": Flag("a padded draft id (-1) inside num_draft accepted (read as token V - 1) or skipped",
                     "a -1 is emitted as a token, or the step runs past the padding"),
 }
@@ -257,8 +258,50 @@ def _invalid(op: str) -> list[VectorSpec]:
     return out
 
 
+# greedy, every draft the argmax: vLLM emits the bonus token it is handed (2), the chain contract argmax p_n (3);
+# neither is argmax p_{n-1} (0) nor the last draft (0)
+GREEDY_FULL = Request(p=((2, 8, 4, 2), (8, 4, 2, 2), (2, 2, 4, 8)), q=((0, 2, 8, 6), (2, 8, 4, 2)), x=(1, 0),
+                      u=(0.5, 0.5), e=ONES, uf=0.5, bonus=2, greedy=True)
+
+
+def _scaled(r: Request, factor: int = 1024) -> Request:
+    """The same request in units of 1/(den * factor), so that one unit can be moved off a row's sum."""
+    def up(rows):
+        return None if rows is None else tuple(tuple(c * factor for c in row) for row in rows)
+    return replace(r, p=up(r.p), q=up(r.q), den=r.den * factor)
+
+
+def _nudged(r: Request, where: str, row: int, token: int, units: int) -> Request:
+    rows = [list(a) for a in getattr(r, where)]
+    rows[row][token] += units
+    return replace(r, **{where: tuple(tuple(a) for a in rows)})
+
+
+# target row 0 summing to 1 + 2^-14 and draft row 1 to 1 - 2^-14 (|sum - 1| = 6.1e-5 <= 1e-4: valid); the steps
+# are those of CHAIN (every coin, race and inverse CDF clear of a boundary)
+OFF_VALID = _nudged(_nudged(_scaled(CHAIN), "p", 0, 0, 1), "q", 1, 3, -1)
+
+
+def _added(op: str) -> list[VectorSpec]:
+    """Vectors added after the first list (appended, so that earlier vector ids keep their numbers)."""
+    out = []
+    for draft in DRAFT.values:
+        fix = _point_mass if draft == "point_mass" else (lambda r: r)
+        one = replace(GREEDY_FULL, x=GREEDY_FULL.x[:1], p=GREEDY_FULL.p[:1] + GREEDY_FULL.p[2:],
+                      q=GREEDY_FULL.q[:1], u=GREEDY_FULL.u[:1])
+        out.append(VectorSpec(f"greedy rows matching every draft (n = k = 2, and n = 1 < k): the bonus token "
+                              f"(vLLM: bonus_tokens; chain: argmax of row n), not argmax of row n - 1 ({draft})",
+                              _flags(op, "Bonus", "GreedyPath"), batch([fix(GREEDY_FULL), fix(one)], op, draft=draft)))
+    out.append(VectorSpec("rows off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, sampled as given (probs)",
+                          ("RowSumTolerance",), batch([OFF_VALID, FULL], op)))
+    bad = _nudged(_scaled(CHAIN), "p", 0, 0, 8)
+    out.append(VectorSpec("a target row off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected",
+                          (INVALID_INPUT, "RowSumTolerance"), batch([bad, FULL], op), "invalid"))
+    return out
+
+
 def _vectors(op: str):
-    return lambda: [s for d in DRAFT.values for s in _valid(op, d)] + _invalid(op)
+    return lambda: [s for d in DRAFT.values for s in _valid(op, d)] + _invalid(op) + _added(op)
 
 
 def _examples(op: str):

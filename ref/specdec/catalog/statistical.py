@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from ref.specdec.catalog.common import ROW_SUM_FLAG
 from ref.specdec.marginals import Draft, rejection_sample_marginals
 from ref.testing.catalog_types import Area, Flag, Variant, seed_for
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
@@ -48,6 +49,7 @@ FLAGS = {
                       "acceptances are correlated: later positions are reached too often"),
     "RngZeroDraft": Flag("a draft token of zero draft probability divided by zero, or accepted",
                          "NaN ratios accept or crash; vLLM rejects such a draft"),
+    "RowSumTolerance": ROW_SUM_FLAG,
     "RngZeroResidual": Flag("a residual of zero mass (p = q, the draft outside q's support) drawn from as if it had "
                             "mass: the first index (vLLM's race) or the last (an inverse CDF)",
                             "a token the target gives probability 0 is emitted in a case of probability 0"),
@@ -191,8 +193,26 @@ def _invalid() -> list[VectorSpec]:
     return out
 
 
+def _added() -> list[VectorSpec]:
+    """Vectors added after the first lists (appended, so that earlier vector ids keep their numbers)."""
+    good = pattern(p=_P, x=_X, q=_Q, copies=COPIES // 4)
+    off = np.zeros_like(good["target_probs"])
+    off[:, 0, 0] = 2.0 ** -14
+    draft_off = np.zeros_like(good["draft_probs"])
+    draft_off[:, 1, 3] = 2.0 ** -14
+    return [
+        _spec("target_probs row 0 off 1 by +2^-14, draft_probs row 1 by -2^-14 (6.1e-5, inside the tolerance "
+              "1e-4): valid",
+              ["RowSumTolerance"], {**good, "target_probs": good["target_probs"] + off,
+                                    "draft_probs": good["draft_probs"] - draft_off}),
+        _spec("target_probs: row 0 off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4)",
+              [INVALID_INPUT, "RowSumTolerance"], {**good, "target_probs": good["target_probs"] + 8 * off},
+              result="invalid"),
+    ]
+
+
 def _vectors() -> list[VectorSpec]:
-    return _valid() + _invalid()
+    return _valid() + _invalid() + _added()
 
 
 @st.composite

@@ -12,7 +12,7 @@ from functools import partial
 import numpy as np
 from hypothesis import strategies as st
 
-from ref.specdec.catalog.common import AREA
+from ref.specdec.catalog.common import AREA, ROW_SUM_FLAG
 from ref.specdec.catalog.trees import TREE_FLAGS, random_parents
 from ref.specdec.multi_draft import Drafts, tree_rejection_sample, tree_sample_target_only, typical_acceptance
 from ref.testing.catalog_types import Flag, Variant, seed_for
@@ -45,7 +45,14 @@ FLAGS = {
                              "another set of drafts accepted than Medusa's"),
     "TypicalFallback": Flag("the token after a typical run drawn from the whole target, not its typical set",
                             "a low-probability token Medusa never emits comes out"),
-    "DraftPadding": Flag("a -1 draft inside num_draft accepted, or rows past num_draft read",
+    "DuplicateMass": Flag("target-only sampling counting a sibling's mass once when its token repeats an earlier "
+                          "sibling's (SGLang, whose rule the op replays, adds it again)",
+                          "a repeated token is accepted less often than SGLang accepts it: replay diverges"),
+    "CoinEquality": Flag("the tree's coin strict, r(x) / q(x) > u, where the contract keeps the draft at equality",
+                         "replay diverges when u equals the ratio"),
+    "RowSumTolerance": ROW_SUM_FLAG,
+    "DraftPadding": Flag("a -1 draft inside num_draft accepted, rows past num_draft read, or a draft other than -1 "
+                         "past num_draft not refused",
                          "padding becomes a token, or NaN rows of unused positions poison the step"),
 }
 
@@ -177,6 +184,21 @@ def _rejection_vectors() -> list[VectorSpec]:
     base = _case(star, [[0, 0, 1]], [[p, uniform4, uniform4]], [[0, 0.75, 0.25]], [0.5], [[q, q, q]]).inputs
     for comment, change, extra in _invalid_changes(base):
         v(comment, (INVALID_INPUT,) + extra, Case({**base, **change}, {}), "invalid")
+    # appended below: earlier vector ids keep their numbers
+    # p = (1/2, 1/4, 1/4), q = (1/8, 1/8, 3/4), three siblings of token 2: the residual goes (3/4, 1/4, 0), then
+    # (5/6, 1/6, 0), then (17/18, 1/18, 0); u = 13/16 gives token 0 (from p again at the third: (3/4, 1/4), token 1)
+    rows = np.stack([_f(2, 1, 1)] + [_f(1, 1, 2)] * 3)
+    v("three siblings rejected in turn: the residual chained through all of them, never recomputed from p",
+      ("ResidualUpdate",), _case([[-1, 0, 0, 0]], [[0, 2, 2, 2]], [rows],
+                                 [[0, 0.5, 0.5, 0.5]], [0.8125], [np.stack([_f(1, 1, 6)] + [_f(1, 1, 2)] * 3)]))
+    v("r(x) / q(x) = 1/2 equal to the coin 1/2: the draft is kept (>=)", ("CoinEquality",),
+      _case([[-1, 0]], [[0, 0]], [[_f(1, 1), _f(1, 1)]], [[0, 0.5]], [0.0], [[_f(1, 0), _f(1, 1)]]))
+    nudge = np.zeros((1, 3, 4))
+    nudge[0, 0, 0] = 2.0 ** -14
+    v("rows off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, sampled as given", ("RowSumTolerance",),
+      Case({**base, "target_probs": base["target_probs"] + nudge, "draft_probs": base["draft_probs"] - nudge}, {}))
+    v("a target row off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected", (INVALID_INPUT, "RowSumTolerance"),
+      Case({**base, "target_probs": base["target_probs"] + 8 * nudge}, {}), "invalid")
     return out
 
 
@@ -264,6 +286,16 @@ def _target_only_vectors() -> list[VectorSpec]:
     plain = {k: x for k, x in base.items() if k != "draft_probs"}
     v("threshold_acc of 0 is rejected", (INVALID_INPUT,), Case(plain, {}), "invalid", threshold_acc=0.0)
     v("threshold_single above 1 is rejected", (INVALID_INPUT,), Case(plain, {}), "invalid", threshold_single=1.5)
+    # appended below: earlier vector ids keep their numbers
+    v("siblings repeating a token: each adds its mass again (SGLang); coin 3/8 rejects the first (1/4), accepts the "
+      "second (1/2)", ("DuplicateMass", "CoinAccumulate"),
+      _case(star, [[0, 0, 0]], [[_f(1, 3)] * 3], [[0.375, 0.0, 0.0]], [0.0]))
+    nudge = np.zeros((1, 3, 4))
+    nudge[0, 0, 1] = 2.0 ** -14
+    v("a row off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, sampled as given", ("RowSumTolerance",),
+      Case({**plain, "target_probs": plain["target_probs"] + nudge}, {}))
+    v("a row off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected", (INVALID_INPUT, "RowSumTolerance"),
+      Case({**plain, "target_probs": plain["target_probs"] + 8 * nudge}, {}), "invalid")
     return out
 
 
@@ -337,6 +369,25 @@ def _typical_vectors() -> list[VectorSpec]:
     bad("draft_tokens of another shape are rejected", {"draft_tokens": np.int64([[2, 0]])})
     bad("int probabilities are rejected", {"target_probs": np.ones((1, 2, 4), np.int64)})
     bad("uint8 draft tokens are rejected (int32 or int64 ids)", {"draft_tokens": np.uint8([[2]])})
+    # appended below: earlier vector ids keep their numbers
+    # V = 16: rows 0 and 2 uniform (t = 0.3 / 16 = 0.01875), row 1 (15/16, 1/16, 0, ...) (t = eps = 0.09): draft 1 at
+    # position 1 (p = 1/16) is refused by its own row's threshold, and the final draw from row 1 keeps token 0 only
+    flat16 = np.full(16, 1 / 16)
+    peak16 = np.zeros(16)
+    peak16[:2] = [15 / 16, 1 / 16]
+    v("each position judged by its own row's threshold; the final draw restricted by its own row's",
+      ("TypicalThreshold", "TypicalFallback"), _chain([[flat16, peak16, flat16]], [[0, 1]], [2], [0.96875]))
+    v("the final draw keeps p == t: posterior_threshold 1/8 and p = (7/8, 1/8) give t = 1/8 exactly; u = 15/16 "
+      "draws token 1", ("TypicalFallback",),
+      Case({**_chain([[_f(7, 1)]], np.zeros((1, 0)), [0], [0.9375]).inputs,
+            "posterior_threshold": np.float64(0.125)}, {}))
+    bad("a draft other than -1 past num_draft is rejected (as rejection_sample)", {"num_draft": np.int64([0])},
+        ("DraftPadding",))
+    dyadic = np.array([[[0.75 + 2.0 ** -14, 0.125, 0.125, 0], [0.625, 0.125, 0.125, 0.125]]])
+    v("a row off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, judged as given", ("RowSumTolerance",),
+      _chain(dyadic, [[0]], [1], [0.5]))
+    bad("a row off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected",
+        {"target_probs": dyadic + np.array([0, 0, 0, 7 * 2.0 ** -14])}, ("RowSumTolerance",))
     return out
 
 
