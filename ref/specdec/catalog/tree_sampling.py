@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 from ref.specdec.catalog.common import AREA, ROW_SUM_FLAG
 from ref.specdec.catalog.trees import TREE_FLAGS, random_parents
-from ref.specdec.multi_draft import Drafts, tree_rejection_sample, tree_sample_target_only, typical_acceptance
+from ref.specdec.multi_draft import Drafts, tree_rejection_sample, tree_sample_target_only
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.compare import compare_exact, compare_parts
 from ref.testing.flags import EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.params import variant_params
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["FLAGS", "OPERATIONS"]
+__all__ = ["FLAGS", "OPERATIONS", "probability_row", "random_rows", "seeded"]
 
 FLAGS = {
     **TREE_FLAGS,
@@ -41,19 +41,12 @@ FLAGS = {
                         "the coins of one level are no longer one draw: the target's law is lost"),
     "RemovedTokens": Flag("target-only's final draw not removing the rejected siblings' tokens (or removing them "
                           "at the bonus)", "a rejected token comes back: its mass is emitted twice"),
-    "TypicalThreshold": Flag("Medusa's threshold as max(eps, ...), the entropy in bits, or p >= t accepted",
-                             "another set of drafts accepted than Medusa's"),
-    "TypicalFallback": Flag("the token after a typical run drawn from the whole target, not its typical set",
-                            "a low-probability token Medusa never emits comes out"),
     "DuplicateMass": Flag("target-only sampling counting a sibling's mass once when its token repeats an earlier "
                           "sibling's (SGLang, whose rule the op replays, adds it again)",
                           "a repeated token is accepted less often than SGLang accepts it: replay diverges"),
     "CoinEquality": Flag("the tree's coin strict, r(x) / q(x) > u, where the contract keeps the draft at equality",
                          "replay diverges when u equals the ratio"),
     "RowSumTolerance": ROW_SUM_FLAG,
-    "DraftPadding": Flag("a -1 draft inside num_draft accepted, rows past num_draft read, or a draft other than -1 "
-                         "past num_draft not refused",
-                         "padding becomes a token, or NaN rows of unused positions poison the step"),
 }
 
 DRAFTS = Variant("drafts", Drafts, Drafts.IID,
@@ -61,14 +54,14 @@ DRAFTS = Variant("drafts", Drafts, Drafts.IID,
                  "without replacement (recursive speculative decoding, top-k drafters)")
 
 
-def _f(*weights) -> np.ndarray:
+def probability_row(*weights) -> np.ndarray:
     """A probability row from small integer weights (exact rationals, byte-stable)."""
     w = np.asarray(weights, np.float64)
     return w / w.sum()
 
 
 def _rows(*rows) -> np.ndarray:
-    return np.stack([_f(*r) for r in rows])
+    return np.stack([probability_row(*r) for r in rows])
 
 
 def _case(parents, tokens, target, uniforms, final, draft=None, **params) -> Case:
@@ -86,8 +79,8 @@ def random_tree_case(rng: np.random.Generator, b: int, n: int, vocab: int, *, wi
     [0, 3] (zeros included), each node's children drawn from its parent's draft row
     (distinct tokens if `distinct`, where the row has enough), uniforms k / 2^16."""
     parents = random_parents(rng, b, n)
-    target = _weights(rng, (b, n, vocab))
-    draft = _weights(rng, (b, n, vocab))
+    target = random_rows(rng, (b, n, vocab))
+    draft = random_rows(rng, (b, n, vocab))
     tokens = np.zeros((b, n), np.int64)
     for r in range(b):
         for node in range(n):
@@ -112,7 +105,7 @@ def random_tree_case(rng: np.random.Generator, b: int, n: int, vocab: int, *, wi
     return out
 
 
-def _weights(rng, shape) -> np.ndarray:
+def random_rows(rng, shape) -> np.ndarray:
     w = rng.integers(0, 4, shape).astype(np.float64)
     w[..., 0] += w.sum(axis=-1) == 0  # no all-zero row
     return w / w.sum(axis=-1, keepdims=True)
@@ -130,7 +123,7 @@ def _distinct(rng, row, vocab) -> np.ndarray:
 def _rejection_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("specdec.tree_rejection_sample"))
     star = [[-1, 0, 0]]
-    uniform4 = _f(1, 1, 1, 1)
+    uniform4 = probability_row(1, 1, 1, 1)
     out: list[VectorSpec] = []
 
     def v(comment, flags, case, result="valid"):
@@ -138,35 +131,35 @@ def _rejection_vectors() -> list[VectorSpec]:
 
     # p = [1/4, 1/4, 1/2, 0], q = [1/2, 1/2, 0, 0]: child 1 (token 0, ratio 1/2) rejected at u = 3/4; the residual
     # is then [0, 0, 1, 0], so child 2 (token 1) has no mass left and token 2 comes out
-    p, q = _f(1, 1, 2, 0), _f(1, 1, 0, 0)
+    p, q = probability_row(1, 1, 2, 0), probability_row(1, 1, 0, 0)
     v("the residual after a rejection: the second sibling's token has no mass left", ("ResidualUpdate",),
       _case(star, [[0, 0, 1]], [[p, uniform4, uniform4]], [[0, 0.75, 0.25]], [0.5], [[q, q, q]]))
     # chain accepted to its leaf: p == q accepts any u < 1; the leaf's row puts all mass on token 3
     v("a chain accepted to its leaf: one more token from the leaf's target row", ("TreeBonus", "TreeShape"),
-      _case([[-1, 0, 1]], [[2, 0, 1]], [[_f(1, 1, 0, 0), _f(0, 1, 1, 0), _f(0, 0, 0, 1)]],
-            [[0, 0.875, 0.875]], [0.5], [[_f(1, 1, 0, 0), _f(0, 1, 1, 0), uniform4]]))
+      _case([[-1, 0, 1]], [[2, 0, 1]], [[probability_row(1, 1, 0, 0), probability_row(0, 1, 1, 0), probability_row(0, 0, 0, 1)]],
+            [[0, 0.875, 0.875]], [0.5], [[probability_row(1, 1, 0, 0), probability_row(0, 1, 1, 0), uniform4]]))
     # both siblings rejected; residual [1/2, 1/2, 0, 0] and u = 1/2: the first token whose cumulative mass exceeds
     # 1/2 is token 1 (>= would give token 0)
     v("the final draw at a cumulative tie (u = 1/2): the token after it", ("TreeInverseCDF",),
-      _case(star, [[3, 2, 2]], [[_f(1, 1, 0, 0), uniform4, uniform4]], [[0, 0.5, 0.5]], [0.5],
-            [[_f(0, 0, 1, 0), uniform4, uniform4]]))
+      _case(star, [[3, 2, 2]], [[probability_row(1, 1, 0, 0), uniform4, uniform4]], [[0, 0.5, 0.5]], [0.5],
+            [[probability_row(0, 0, 1, 0), uniform4, uniform4]]))
     v("a token of zero target mass with the coin 0 is rejected; then one of zero draft mass at coin 0",
-      ("ZeroMass",), _case(star, [[0, 3, 0]], [[_f(1, 1, 0, 0), uniform4, uniform4]], [[0, 0, 0]], [0.25],
-                           [[_f(0, 0, 1, 1), uniform4, uniform4]]))
+      ("ZeroMass",), _case(star, [[0, 3, 0]], [[probability_row(1, 1, 0, 0), uniform4, uniform4]], [[0, 0, 0]], [0.25],
+                           [[probability_row(0, 0, 1, 1), uniform4, uniform4]]))
     v("p == q and a drafted token neither can give: the residual stays p", ("ZeroMass", "ResidualUpdate"),
-      _case([[-1, 0]], [[0, 3]], [[_f(1, 3, 0, 0), uniform4]], [[0, 0.5]], [0.5], [[_f(1, 3, 0, 0), uniform4]]))
+      _case([[-1, 0]], [[0, 3]], [[probability_row(1, 3, 0, 0), uniform4]], [[0, 0.5]], [0.5], [[probability_row(1, 3, 0, 0), uniform4]]))
     # p = [2/3, 1/6, 1/6], q = [1/5, 4/5, 0]: both siblings rejected; the second residual update subtracts q
     # (iid) or q without token 1, [1, 0, 0] (without replacement): token 0 or token 2 comes out
-    p3, q3, u3 = _f(4, 1, 1), _f(1, 4, 0), _f(1, 1, 1)
+    p3, q3, u3 = probability_row(4, 1, 1), probability_row(1, 4, 0), probability_row(1, 1, 1)
     for drafts in DRAFTS.values:
         v(f"the draft row after a rejection: q kept (iid) or q without the rejected token ({drafts})",
           ("DraftUpdate", "ResidualUpdate"), _case(star, [[0, 1, 2]], [[p3, u3, u3]], [[0, 0.375, 0.625]], [0.5],
                                                     [[q3, u3, u3]], drafts=drafts))
     v("a coin below the ratio accepts a token the draft favours (r(x) = 1/4 < q(x) = 1/2, u = 1/4)",
-      ("ResidualUpdate",), _case([[-1, 0]], [[0, 0]], [[_f(1, 3, 0, 0), uniform4]], [[0, 0.25]], [0.75],
-                                 [[_f(1, 1, 0, 0), uniform4]]))
+      ("ResidualUpdate",), _case([[-1, 0]], [[0, 0]], [[probability_row(1, 3, 0, 0), uniform4]], [[0, 0.25]], [0.75],
+                                 [[probability_row(1, 1, 0, 0), uniform4]]))
     v("a root alone: one token from the root's row", (EMPTY_INPUT, "TreeBonus"),
-      _case([[-1]], [[1]], [[_f(0, 1, 1, 0)]], [[0.5]], [0.5], [[uniform4]]))
+      _case([[-1]], [[1]], [[probability_row(0, 1, 1, 0)]], [[0.5]], [0.5], [[uniform4]]))
     v("a vocabulary of one: everything accepted, the bonus token 0", (EMPTY_INPUT, "TreeBonus"),
       _case([[-1, 0, 1]], [[0, 0, 0]], [[[1.0]] * 3], [[0, 0.99, 0.99]], [0.99], [[[1.0]] * 3]))
     v("no requests", (EMPTY_INPUT,), _case(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros((0, 2, 4)),
@@ -187,12 +180,12 @@ def _rejection_vectors() -> list[VectorSpec]:
     # appended below: earlier vector ids keep their numbers
     # p = (1/2, 1/4, 1/4), q = (1/8, 1/8, 3/4), three siblings of token 2: the residual goes (3/4, 1/4, 0), then
     # (5/6, 1/6, 0), then (17/18, 1/18, 0); u = 13/16 gives token 0 (from p again at the third: (3/4, 1/4), token 1)
-    rows = np.stack([_f(2, 1, 1)] + [_f(1, 1, 2)] * 3)
+    rows = np.stack([probability_row(2, 1, 1)] + [probability_row(1, 1, 2)] * 3)
     v("three siblings rejected in turn: the residual chained through all of them, never recomputed from p",
       ("ResidualUpdate",), _case([[-1, 0, 0, 0]], [[0, 2, 2, 2]], [rows],
-                                 [[0, 0.5, 0.5, 0.5]], [0.8125], [np.stack([_f(1, 1, 6)] + [_f(1, 1, 2)] * 3)]))
+                                 [[0, 0.5, 0.5, 0.5]], [0.8125], [np.stack([probability_row(1, 1, 6)] + [probability_row(1, 1, 2)] * 3)]))
     v("r(x) / q(x) = 1/2 equal to the coin 1/2: the draft is kept (>=)", ("CoinEquality",),
-      _case([[-1, 0]], [[0, 0]], [[_f(1, 1), _f(1, 1)]], [[0, 0.5]], [0.0], [[_f(1, 0), _f(1, 1)]]))
+      _case([[-1, 0]], [[0, 0]], [[probability_row(1, 1), probability_row(1, 1)]], [[0, 0.5]], [0.0], [[probability_row(1, 0), probability_row(1, 1)]]))
     nudge = np.zeros((1, 3, 4))
     nudge[0, 0, 0] = 2.0 ** -14
     v("rows off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, sampled as given", ("RowSumTolerance",),
@@ -238,8 +231,8 @@ def _rejection_examples(supported):
 def _target_only_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("specdec.tree_sample_target_only"))
     star = [[-1, 0, 0]]
-    p = _f(1, 2, 1, 0)  # tokens 0, 1, 2 with 1/4, 1/2, 1/4
-    u4 = _f(1, 1, 1, 1)
+    p = probability_row(1, 2, 1, 0)  # tokens 0, 1, 2 with 1/4, 1/2, 1/4
+    u4 = probability_row(1, 1, 1, 1)
     out: list[VectorSpec] = []
 
     def v(comment, flags, case, result="valid", **thresholds):
@@ -250,13 +243,13 @@ def _target_only_vectors() -> list[VectorSpec]:
     v("siblings accumulate: coin 0.625 rejects token 0 (1/4) and accepts token 1 (1/4 + 1/2)", ("CoinAccumulate",),
       _case(star, [[3, 0, 1]], [[p, u4, u4]], [[0.625, 0.9375, 0.9375]], [0.125]))
     v("the root's coin decides the first level, each accepted node's coin the next", ("CoinPerNode", "TreeBonus"),
-      _case([[-1, 0, 1]], [[3, 1, 2]], [[p, _f(1, 0, 1, 0), u4]], [[0.5, 0.875, 0.0625]], [0.875]))
+      _case([[-1, 0, 1]], [[3, 1, 2]], [[p, probability_row(1, 0, 1, 0), u4]], [[0.5, 0.875, 0.0625]], [0.875]))
     v("all siblings rejected: the final draw leaves their tokens out", ("RemovedTokens", "TreeInverseCDF"),
       _case(star, [[3, 0, 1]], [[p, u4, u4]], [[0.875, 0.5, 0.5]], [0.125]))
     v("all siblings rejected, the final draw at a cumulative tie: [1/4, 0, 1/4] and u = 1/2 give token 2",
       ("TreeInverseCDF", "RemovedTokens"), _case(star, [[3, 1, 3]], [[p, u4, u4]], [[0.875, 0.5, 0.5]], [0.5]))
     v("a leaf reached: the bonus from its whole row (nothing removed)", ("RemovedTokens", "TreeBonus"),
-      _case([[-1, 0]], [[3, 1]], [[p, _f(1, 1, 0, 0)]], [[0.5, 0.5]], [0.25]))
+      _case([[-1, 0]], [[3, 1]], [[p, probability_row(1, 1, 0, 0)]], [[0.5, 0.5]], [0.25]))
     v("siblings tried in index order: coin 3/16 accepts the first (1/2), not the second (1/4)", ("SiblingOrder",),
       _case(star, [[3, 1, 0]], [[p, u4, u4]], [[0.1875, 0.5, 0.5]], [0.5]))
     v("SGLang's coin 0 accepts a first sibling of zero target mass (coin <= 0)", ("ZeroMass",),
@@ -289,7 +282,7 @@ def _target_only_vectors() -> list[VectorSpec]:
     # appended below: earlier vector ids keep their numbers
     v("siblings repeating a token: each adds its mass again (SGLang); coin 3/8 rejects the first (1/4), accepts the "
       "second (1/2)", ("DuplicateMass", "CoinAccumulate"),
-      _case(star, [[0, 0, 0]], [[_f(1, 3)] * 3], [[0.375, 0.0, 0.0]], [0.0]))
+      _case(star, [[0, 0, 0]], [[probability_row(1, 3)] * 3], [[0.375, 0.0, 0.0]], [0.0]))
     nudge = np.zeros((1, 3, 4))
     nudge[0, 0, 1] = 2.0 ** -14
     v("a row off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, sampled as given", ("RowSumTolerance",),
@@ -305,104 +298,7 @@ def _target_only_example(seed: int) -> Case:
     return Case(random_tree_case(rng, b, n, vocab, with_draft=False, distinct=True, dyadic=False), {})
 
 
-# ------------------------------------------------------------------ typical_acceptance
-
-def _chain(target, draft, num, final) -> Case:
-    return Case({"target_probs": np.asarray(target), "draft_tokens": np.asarray(draft, np.int64),
-                 "num_draft": np.asarray(num, np.int64), "final_uniforms": np.asarray(final, np.float64)}, {})
-
-
-def _typical_vectors() -> list[VectorSpec]:
-    rng = np.random.default_rng(seed_for("specdec.typical_acceptance"))
-    peaked = _f(97, 1, 1, 1)
-    mixed = _f(7, 2, 1, 0)  # H = 0.80 nats: t = min(0.09, 0.3 * 0.449) = 0.09
-    flat17 = _f(16, *[1] * 16)  # p0 = 1/2, 16 tokens of 1/32: H = 3 bits = 2.079 nats; t = 0.0375
-    edge = _f(91, 9, 0, 0)  # p(1) = 0.09 = eps exactly: refused (p > t is strict)
-    nan = np.full(4, np.nan)
-    out: list[VectorSpec] = []
-
-    def v(comment, flags, case, result="valid"):
-        out.append(VectorSpec(comment, tuple(flags), case, result))
-
-    v("token 2 of mass 0.1 accepted: t = min(eps, alpha e^-H) = 0.09, not the max 0.135", ("TypicalThreshold",),
-      _chain([[mixed, peaked]], [[2]], [1], [0.5]))
-    v("a token of 1/32 refused under a 17-token distribution (t = 0.0375; entropy in bits gives 0.0149)",
-      ("TypicalThreshold",), _chain([np.stack([flat17, flat17])], [[5]], [1], [0.75]))
-    v("p(x) equal to eps = 0.09 is refused (p > t strictly)", ("TypicalThreshold",),
-      _chain([[edge, peaked]], [[1]], [1], [0.5]))
-    v("after a refusal the token comes from the typical set: u = 0.995 still gives token 0", ("TypicalFallback",),
-      _chain([[peaked, peaked]], [[1]], [1], [0.995]))
-    v("a run of 1 then a refusal (token 3 has no mass); the row past num_draft unused (NaN)",
-      ("DraftPadding", "TypicalFallback"),
-      _chain([[mixed, mixed, peaked, nan]], [[0, 3, -1]], [2], [0.5]))
-    v("every draft accepted: the bonus from the row after them, typical set only", ("TypicalFallback",),
-      _chain([[mixed, mixed, peaked]], [[0, 0]], [2], [0.999]))
-    v("a -1 draft inside num_draft is refused; -1 past it; NaN rows past num_draft", ("DraftPadding",),
-      _chain([[_f(2, 1, 0, 7), mixed, nan], [mixed, nan, nan]], [[-1, -1], [-1, -1]], [1, 0], [0.5, 0.25]))
-    v("k = 0: one token from the typical set", (EMPTY_INPUT,), _chain([[flat17]], np.zeros((1, 0)), [0], [0.999]))
-    v("a vocabulary of one", (EMPTY_INPUT,), _chain([[[1.0], [1.0]]], [[0]], [1], [0.5]))
-    v("no requests", (EMPTY_INPUT,), _chain(np.zeros((0, 2, 3)), np.zeros((0, 1)), np.zeros(0), np.zeros(0)))
-    b, k, vocab = 32, 3, 6
-    target = _weights(rng, (b, k + 1, vocab))
-    num = rng.integers(0, k + 1, b)
-    draft = np.where(np.arange(k)[None, :] < num[:, None], rng.integers(0, vocab, (b, k)), -1)
-    final = rng.integers(0, 2 ** 16, b) / 2.0 ** 16
-    v("random chains of up to 3 drafts over 6 tokens", (RANDOM, "TypicalThreshold", "TypicalFallback"),
-      _chain(target, draft, num, final))
-    v("random chains, float32 probabilities", (RANDOM, "TypicalThreshold", "TypicalFallback"),
-      _chain(target.astype(np.float32), draft, num, final))
-    i32 = _chain(target, draft, num, final)
-    v("random chains, int32 tokens and counts", (RANDOM, "TypicalThreshold", "DraftPadding"),
-      Case({**i32.inputs, "draft_tokens": draft.astype(np.int32), "num_draft": num.astype(np.int32)}, {}))
-    base = _chain([[mixed, peaked]], [[2]], [1], [0.5]).inputs
-
-    def bad(comment, change, extra=()):
-        v(comment, (INVALID_INPUT,) + extra, Case({**base, **change}, {}), "invalid")
-
-    bad("NaN in a row that is read is rejected", {"target_probs": np.array([[nan, peaked]])}, (NAN,))
-    bad("negative probabilities are rejected", {"target_probs": np.array([[_f(1, 1, 1, 1) * [1, -1, 1, 1], peaked]])})
-    bad("a row summing to 1.25 is rejected", {"target_probs": np.array([[mixed * 1.25, peaked]])})
-    bad("a draft past the vocabulary is rejected", {"draft_tokens": np.int64([[4]])})
-    bad("num_draft above k is rejected", {"num_draft": np.int64([2])})
-    bad("a uniform of 1 is rejected", {"final_uniforms": np.float64([1.0])})
-    bad("float32 uniforms are rejected", {"final_uniforms": np.float32([0.5])})
-    bad("draft_tokens of another shape are rejected", {"draft_tokens": np.int64([[2, 0]])})
-    bad("int probabilities are rejected", {"target_probs": np.ones((1, 2, 4), np.int64)})
-    bad("uint8 draft tokens are rejected (int32 or int64 ids)", {"draft_tokens": np.uint8([[2]])})
-    # appended below: earlier vector ids keep their numbers
-    # V = 16: rows 0 and 2 uniform (t = 0.3 / 16 = 0.01875), row 1 (15/16, 1/16, 0, ...) (t = eps = 0.09): draft 1 at
-    # position 1 (p = 1/16) is refused by its own row's threshold, and the final draw from row 1 keeps token 0 only
-    flat16 = np.full(16, 1 / 16)
-    peak16 = np.zeros(16)
-    peak16[:2] = [15 / 16, 1 / 16]
-    v("each position judged by its own row's threshold; the final draw restricted by its own row's",
-      ("TypicalThreshold", "TypicalFallback"), _chain([[flat16, peak16, flat16]], [[0, 1]], [2], [0.96875]))
-    v("the final draw keeps p == t: posterior_threshold 1/8 and p = (7/8, 1/8) give t = 1/8 exactly; u = 15/16 "
-      "draws token 1", ("TypicalFallback",),
-      Case({**_chain([[_f(7, 1)]], np.zeros((1, 0)), [0], [0.9375]).inputs,
-            "posterior_threshold": np.float64(0.125)}, {}))
-    bad("a draft other than -1 past num_draft is rejected (as rejection_sample)", {"num_draft": np.int64([0])},
-        ("DraftPadding",))
-    dyadic = np.array([[[0.75 + 2.0 ** -14, 0.125, 0.125, 0], [0.625, 0.125, 0.125, 0.125]]])
-    v("a row off 1 by 2^-14 (6.1e-5, inside the tolerance 1e-4): valid, judged as given", ("RowSumTolerance",),
-      _chain(dyadic, [[0]], [1], [0.5]))
-    bad("a row off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected",
-        {"target_probs": dyadic + np.array([0, 0, 0, 7 * 2.0 ** -14])}, ("RowSumTolerance",))
-    return out
-
-
-def _typical_example(seed: int) -> Case:
-    rng = np.random.default_rng(seed)
-    b, k, vocab = int(rng.integers(0, 4)), int(rng.integers(0, 4)), int(rng.integers(1, 6))
-    target = rng.dirichlet(np.full(vocab, 0.5), (b, k + 1)) if vocab > 1 else np.ones((b, k + 1, 1))
-    num = rng.integers(0, k + 1, b)
-    argmax = target[:, :k].argmax(axis=-1) if k else np.zeros((b, 0), np.int64)
-    guess = np.where(rng.random((b, k)) < 0.6, argmax, rng.integers(0, vocab, (b, k)))
-    draft = np.where(np.arange(k)[None, :] < num[:, None], guess, -1)
-    return _chain(target, draft, num, rng.random(b))
-
-
-def _seeded(make):
+def seeded(make):
     return lambda supported: st.integers(0, 2**32 - 1).map(make)
 
 
@@ -417,10 +313,6 @@ OPERATIONS = [
     AREA.exact("tree_sample_target_only", tree_sample_target_only, anchor="tree-sample-target-only",
                summary="parents, draft_tokens [B, N], target_probs [B, N, V], uniforms [B, N], final_uniforms [B]"
                        " (threshold_single, threshold_acc) -> (tokens, nodes, num_accepted)",
-               vectors=_target_only_vectors, examples=_seeded(_target_only_example),
+               vectors=_target_only_vectors, examples=seeded(_target_only_example),
                outputs=("tokens", "nodes", "num_accepted"), compare=_PARTS),
-    AREA.exact("typical_acceptance", typical_acceptance, anchor="typical-acceptance",
-               summary="target_probs [B, k+1, V], draft_tokens [B, k], num_draft [B], final_uniforms [B] "
-                       "-> tokens [B, k+1] (Medusa: not exact)",
-               vectors=_typical_vectors, examples=_seeded(_typical_example), compare=compare_exact),
 ]
