@@ -106,7 +106,7 @@ def check_step(target_probs, draft_tokens, num_draft, greedy, draft_probs=None, 
         q = _floats("draft_probs", draft_probs)
         if q.shape != (b, k1 - 1, v):
             raise ValueError(f"draft_probs: expected shape {(b, k1 - 1, v)}, got {q.shape}")
-        _rows_ok("draft_probs", q, (pos[None, :-1] < n[:, None]) & ~g[:, None])
+        _rows_ok("draft_probs", q, pos[None, :-1] < n[:, None])  # positional: greedy rows too, as the exact ops
         q = q.astype(np.float64)
     elif draft_probs is not None:
         raise ValueError("draft_probs: given while draft='point_mass' (pass draft='probs')")

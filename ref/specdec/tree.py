@@ -230,6 +230,8 @@ def verify_tree_greedy(parents, draft_tokens, target_tokens, *,
     target = check_ids(target_tokens, "target_tokens", 2)
     _same_shape(draft, "draft_tokens", p.shape)
     _same_shape(target, "target_tokens", p.shape)
+    if (target < 0).any() or (draft[:, 1:] < 0).any():  # -1 pads the outputs: a token id is never negative
+        raise ValueError("draft_tokens, target_tokens: token ids must be >= 0 (the root's draft token is not read)")
     b, n = p.shape
     rows = np.arange(b)[:, None]
     match = np.ones((b, n), bool)  # [B, N]: node i's token is the target's argmax at its parent

@@ -166,6 +166,8 @@ def verify_tree_greedy(parents, draft_tokens, target_tokens, *, path="longest", 
     p = tree(parents)
     draft = shaped(ints(draft_tokens, "draft_tokens", 2), "draft_tokens", p.shape)
     target = shaped(ints(target_tokens, "target_tokens", 2), "target_tokens", p.shape)
+    if target.min(initial=0) < 0 or draft[:, 1:].min(initial=0) < 0:
+        raise ValueError("token ids: negative")
     search = search or (longest_path if path == "longest" else first_match_path)
     b, n = p.shape
     out = (np.full((b, n), -1, np.int64), np.full((b, n), -1, np.int64), np.zeros(b, np.int64))

@@ -57,7 +57,7 @@ def _checked(target_probs, draft_tokens, num_draft, greedy, draft_probs, draft):
             raise TypeError(f"draft_probs: unsupported dtype {q.dtype}")
         if q.shape != (b, k1 - 1, v):
             raise ValueError(f"draft_probs: shape {q.shape}, expected {(b, k1 - 1, v)}")
-        _check_rows("draft_probs", q, (steps[:-1] < n[:, None]) & ~g[:, None])
+        _check_rows("draft_probs", q, steps[:-1] < n[:, None])  # every request, greedy too
     elif draft_probs is not None:
         raise ValueError("draft_probs: given with draft='point_mass'")
     return p, x.astype(np.int64), n.astype(np.int64), g, q

@@ -147,9 +147,13 @@ def _valid(op: str, draft: str) -> list[VectorSpec]:
     out = []
 
     def add(comment, flags, requests, **kw):
+        if pm and op == "rejection" and any(r is CHAIN for r in requests):
+            flags += ("Ties",)  # CHAIN as a point mass: a race whose two best scores tie (the first index wins)
         out.append(VectorSpec(f"{comment} ({draft})", flags, batch([fix(r) for r in requests], op, draft=draft, **kw)))
 
-    add("a draft kept by the coin at p < q, the next rejected: the residual's token", _flags(
+    add("a draft kept by the coin at p < q, the next rejected: the residual's token" if not pm else
+        "the first draft rejected by its coin (p(x) < u): the residual's token" + (
+            ", where the race's two best scores tie (the first index wins)" if op == "rejection" else ""), _flags(
         op, "NoCoin", "AcceptLength", "ResidualSign", chain=("ResidualNorm",)), [CHAIN])
     add("every draft accepted: the bonus token follows", _flags(op, "Bonus", "AcceptLength", chain=("CdfBoundary",)),
         [FULL])
@@ -297,6 +301,11 @@ def _added(op: str) -> list[VectorSpec]:
     bad = _nudged(_scaled(CHAIN), "p", 0, 0, 8)
     out.append(VectorSpec("a target row off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4) is rejected",
                           (INVALID_INPUT, "RowSumTolerance"), batch([bad, FULL], op), "invalid"))
+    nan_greedy = batch([replace(FULL, greedy=True), FULL], op)
+    nan_greedy.inputs["draft_probs"][0, 0, 0] = np.nan
+    out.append(VectorSpec("NaN in a greedy request's draft row inside num_draft is rejected: the checks are "
+                          "positional (a greedy row does not read it, yet it must be valid)", (INVALID_INPUT, NAN),
+                          nan_greedy, "invalid"))
     return out
 
 

@@ -208,6 +208,13 @@ def _added() -> list[VectorSpec]:
         _spec("target_probs: row 0 off 1 by 2^-11 (4.9e-4, past the tolerance 1e-4)",
               [INVALID_INPUT, "RowSumTolerance"], {**good, "target_probs": good["target_probs"] + 8 * off},
               result="invalid"),
+        _spec("draft_probs: NaN in a greedy request's row inside num_draft (the checks are positional: a greedy "
+              "row does not read it, yet it must be valid, as for the exact ops)", [INVALID_INPUT, NAN],
+              {**good, "greedy": np.ones_like(good["greedy"]),
+               "draft_probs": np.where(np.arange(good["draft_probs"].shape[-1]) == 0, np.nan, good["draft_probs"])},
+              result="invalid"),
+        _spec("draft_tokens: int16 ids (int32 or int64 only)", [INVALID_INPUT],
+              {**good, "draft_tokens": good["draft_tokens"].astype(np.int16)}, result="invalid"),
     ]
 
 

@@ -201,6 +201,8 @@ def _verify_vectors() -> list[VectorSpec]:
     bad("a parent not before its child is rejected", _verify_case([[-1, 1]], [[1, 2]], [[1, 2]]))
     bad("uint8 tokens are rejected (int32 or int64 ids)", Case({"parents": np.int64([[-1, 0]]),
         "draft_tokens": np.uint8([[1, 2]]), "target_tokens": np.int64([[1, 2]])}, {}))
+    bad("a negative target token is rejected (-1 pads the outputs)", _verify_case([[-1, 0]], [[1, 2]], [[-5, 2]]))
+    bad("a negative draft token below the root is rejected", _verify_case([[-1, 0]], [[1, -1]], [[1, 2]]))
     return out
 
 
