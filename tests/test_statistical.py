@@ -183,6 +183,10 @@ def test_fit_finds_strays_classes_and_repeats():
     biased = _draw(np.array([[0.7, 0.3]] * 200 + [[1.0, 0.0]] * 10), outcomes, 64, rng)
     result = fit(outcomes, p, biased, 1e-3)
     assert not result.ok and not result.deterministic and "class P = (0.75, 0.25)" in result.detail
+    assert "the first at index (0,)" in result.detail and "counts (" in result.detail  # outcomes differ by element
+    tokens = np.array([[0, 1, -1]] * 4)  # every element the same outcomes: counts shown by value
+    skewed = fit(tokens, np.array([[0.5, 0.25, 0.25]] * 4), np.full((64, 4), -1), 1e-3)
+    assert "outcome: count vs expected {0: 0 vs 128, 1: 0 vs 64, -1: 256 vs 64}" in skewed.detail
     same = np.broadcast_to(good[0], good.shape)
     assert "same values" in fit(outcomes, p, same, 1e-3).detail
     # an outcome repeated within an element counts once, with both probabilities

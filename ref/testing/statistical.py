@@ -200,6 +200,23 @@ def _describe_row(row: np.ndarray) -> str:
     return "P = (" + ", ".join(f"{q:.10g}" for q in row) + ")"
 
 
+def _describe_class(row: np.ndarray, pooled: np.ndarray, members: np.ndarray, outcomes: np.ndarray,
+                    calls: int, same: Callable) -> str:
+    """A class's counts against their expectation, each by its outcome's value where
+    every member has the same outcomes (a token id, a code), and where it sits."""
+    n = int(pooled.sum())
+    first = tuple(int(i) for i in np.argwhere(members)[0])
+    values = outcomes[members]  # [members, K]
+    where = f"{int(members.sum())} elements x {calls} calls, the first at index {first}"
+    if bool(np.all(same(values, values[:1]))):
+        shown = ", ".join(f"{v!r}: {int(k)} vs {n * q:.6g}"
+                          for v, k, q in zip(outcomes[first].tolist(), pooled, row) if q > 0 or k > 0)
+        return f"class {_describe_row(row)} ({where}): outcome: count vs expected {{{shown}}}"
+    shown = ", ".join(f"{int(k)}" for k in pooled)
+    expected = ", ".join(f"{n * q:.6g}" for q in row)
+    return f"class {_describe_row(row)} ({where}): counts ({shown}), expected ({expected})"
+
+
 def fit(outcomes: np.ndarray, probabilities: np.ndarray, samples: np.ndarray, level: float,
         same: Callable = same_value) -> Fit:
     """Test `samples` [calls, ...] against the per-element distribution at `level`
@@ -227,11 +244,7 @@ def fit(outcomes: np.ndarray, probabilities: np.ndarray, samples: np.ndarray, le
         pooled = counts[members].sum(axis=0)
         pv = multinomial_pvalue(pooled, rows[c])
         if pv < worst[0] or not worst[1]:
-            n = int(pooled.sum())
-            shown = ", ".join(f"{int(k)}" for k in pooled)
-            expected = ", ".join(f"{n * q:.6g}" for q in rows[c])
-            worst = (pv, f"class {_describe_row(rows[c])} ({int(members.sum())} elements x {calls} calls): "
-                         f"counts ({shown}), expected ({expected}); p-value {pv:.3g}")
+            worst = (pv, _describe_class(rows[c], pooled, members, outcomes, calls, same) + f"; p-value {pv:.3g}")
     for c in spread:
         members = label == c
         q1 = float(rows[c][1])
