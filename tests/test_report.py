@@ -361,3 +361,15 @@ def test_a_kernel_wrong_in_no_variant_s_way_gets_no_variant_hint():
 
     (row,) = run(Implementation("up", {ENCODE: one_code_up}), ops=[ENCODE], examples=5).ops
     assert row.verdict == "fail" and not any("the output is the oracle's under" in f.hint for f in row.failures)
+
+
+def test_an_id_element_is_shown_with_its_row():
+    """A tree's parents or a block table: the element behind the failing output and the
+    whole short row it sits in; floats and long rows show the element alone."""
+    from ref.conformance.judges.evidence import input_texts
+
+    texts = input_texts({"parents": np.int64([[-1, 0, 0, 1]]), "x": np.float32([[1, 2, 3, 4]])}, (0, 2), (1, 4))
+    assert texts["parents"].startswith("parents[0, 2] = 0 (int64") and "in the row parents[0, :] = " in texts["parents"]
+    assert "-1" in texts["parents"].split("in the row")[1] and "in the row" not in texts["x"]
+    wide = input_texts({"t": np.zeros((2, 40), np.int64)}, (1, 3), (2, 40))["t"]
+    assert "in the row" not in wide

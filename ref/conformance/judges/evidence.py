@@ -130,10 +130,23 @@ def input_texts(inputs: Mapping[str, Any], index: Sequence[int] | None, shape: S
             kind, _, at = where.partition(" [")
             out[name] = f"{name}{label} = {element_text(element)}, in {kind} {name}[{at} = {array_text(whole)}"
         elif np.ndim(got) == 0:
-            out[name] = f"{name}{label} = {element_text(got)}"
+            out[name] = f"{name}{label} = {element_text(got)}" + _id_row(name, arr, label)
         else:
             out[name] = f"{name}{label} = {array_text(got)}"
     return out
+
+
+def _id_row(name: str, arr: np.ndarray, label: str) -> str:
+    """For an element of a short integer row (a tree's parents, a block table, draft
+    tokens), the whole row it sits in: one id seldom shows the structure at fault."""
+    try:
+        index = tuple(int(i) for i in label.strip("[]").split(","))
+    except ValueError:
+        return ""
+    if arr.dtype.kind not in "iu" or arr.ndim < 2 or len(index) != arr.ndim or not 1 < arr.shape[-1] <= 32:
+        return ""
+    at = ", ".join(str(i) for i in index[:-1])
+    return f", in the row {name}[{at}, :] = {array_text(arr[index[:-1]])}"
 
 
 def accepted_inputs(inputs: Mapping[str, Any]) -> dict[str, str]:
