@@ -31,7 +31,7 @@ import enum
 
 import numpy as np
 
-from ref.specdec.rejection import SUM_TOLERANCE
+from ref.specdec.rejection import SUM_TOLERANCE, check_distributions
 
 __all__ = ["Draft", "check_step", "rejection_sample_marginals", "ROW_SUM_TOLERANCE"]
 
@@ -57,19 +57,6 @@ def _ints(name: str, arr) -> np.ndarray:
     if a.dtype not in (np.int32, np.int64):
         raise TypeError(f"{name}: expected int32 or int64, got {a.dtype}")
     return a.astype(np.int64)
-
-
-def _rows_ok(name: str, rows: np.ndarray, used: np.ndarray) -> None:
-    """Every used row [..., V] finite, non-negative and summing to 1 within the tolerance."""
-    r = rows[used].astype(np.float64)  # [N, V]
-    if not np.all(np.isfinite(r)):
-        raise ValueError(f"{name}: NaN or Inf in a row that is read (positions up to num_draft)")
-    if np.any(r < 0):
-        raise ValueError(f"{name}: a negative probability (got {r[r < 0].flat[0]})")
-    s = r.sum(axis=-1)
-    if np.any(np.abs(s - 1.0) > ROW_SUM_TOLERANCE):
-        raise ValueError(f"{name}: a row sums to {s[np.abs(s - 1.0) > ROW_SUM_TOLERANCE][0]!r}, not 1 "
-                         f"within {ROW_SUM_TOLERANCE}")
 
 
 def check_step(target_probs, draft_tokens, num_draft, greedy, draft_probs=None, *, draft: str = "probs"):
@@ -98,7 +85,7 @@ def check_step(target_probs, draft_tokens, num_draft, greedy, draft_probs=None, 
         raise ValueError(f"draft_tokens: expected token ids in [-1, {v}) (-1: padding), got "
                          f"{x[(x < -1) | (x >= v)][0]}")
     pos = np.arange(k1)
-    _rows_ok("target_probs", p, pos[None, :] <= n[:, None])
+    check_distributions(p, "target_probs", pos[None, :] <= n[:, None])
     q = None
     if how is Draft.PROBS:
         if draft_probs is None:
@@ -106,7 +93,7 @@ def check_step(target_probs, draft_tokens, num_draft, greedy, draft_probs=None, 
         q = _floats("draft_probs", draft_probs)
         if q.shape != (b, k1 - 1, v):
             raise ValueError(f"draft_probs: expected shape {(b, k1 - 1, v)}, got {q.shape}")
-        _rows_ok("draft_probs", q, pos[None, :-1] < n[:, None])  # positional: greedy rows too, as the exact ops
+        check_distributions(q, "draft_probs", pos[None, :-1] < n[:, None])  # positional: greedy rows too, as the exact ops
         q = q.astype(np.float64)
     elif draft_probs is not None:
         raise ValueError("draft_probs: given while draft='point_mass' (pass draft='probs')")

@@ -33,7 +33,7 @@ import enum
 import numpy as np
 
 from ref.arguments import member, real
-from ref.specdec.rejection import SUM_TOLERANCE
+from ref.specdec.rejection import SUM_TOLERANCE, check_distributions
 from ref.specdec.tree import PAD, check_ids, check_parents, children
 
 __all__ = ["PROB_TOLERANCE", "Drafts", "check_probs", "inverse_cdf", "tree_rejection_sample",
@@ -57,14 +57,7 @@ def check_probs(x, name: str, shape: tuple[int, ...]) -> np.ndarray:
         raise TypeError(f"{name}: expected float32 or float64 probabilities, got dtype {a.dtype}")
     if a.shape != shape or a.shape[-1] < 1:
         raise ValueError(f"{name}: expected shape {shape} with a vocabulary of at least 1, got {a.shape}")
-    a = a.astype(np.float64)
-    if not np.isfinite(a).all():
-        raise ValueError(f"{name}: NaN or Inf probabilities")
-    if (a < 0).any():
-        raise ValueError(f"{name}: negative probabilities")
-    if a.size and (np.abs(a.sum(axis=-1) - 1) > PROB_TOLERANCE).any():
-        raise ValueError(f"{name}: a row does not sum to 1 (within {PROB_TOLERANCE})")
-    return a
+    return check_distributions(a, name)
 
 
 def _uniforms(x, name: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -36,7 +36,7 @@ import enum
 
 import numpy as np
 
-__all__ = ["Draft", "PLACEHOLDER", "SUM_TOLERANCE", "chain_sample", "rejection_sample"]
+__all__ = ["Draft", "PLACEHOLDER", "SUM_TOLERANCE", "chain_sample", "check_distributions", "rejection_sample"]
 
 PLACEHOLDER = -1  # after the emitted tokens, and a padded draft
 SUM_TOLERANCE = 1e-4  # |sum(row) - 1| allowed in every specdec op (float32 softmax over 2^17 tokens: ~1e-5)
@@ -82,9 +82,13 @@ def _uniforms(x, name: str, shape: tuple[int, ...], used: np.ndarray) -> np.ndar
     return a
 
 
-def _distributions(probs: np.ndarray, name: str, used: np.ndarray) -> np.ndarray:
-    """probs [B, m, V] as float64, its used rows checked: finite, >= 0, summing to 1."""
-    rows = probs[used].astype(np.float64)  # [R, V]
+def check_distributions(probs: np.ndarray, name: str, used: np.ndarray | None = None) -> np.ndarray:
+    """probs [..., V] as float64, its used rows (a boolean mask over the leading axes;
+    None: every row) checked: finite, >= 0, summing to 1 within SUM_TOLERANCE. The one
+    row check of every specdec op (samplers, trees, the statistical twin, the speed-up
+    model), so that all of them refuse the same rows."""
+    probs = np.asarray(probs)
+    rows = (probs[used] if used is not None else probs.reshape(-1, probs.shape[-1])).astype(np.float64)
     if not np.all(np.isfinite(rows)):
         raise ValueError(f"{name}: NaN or Inf in a used row")
     if np.any(rows < 0):
@@ -123,13 +127,13 @@ def _inputs(target_probs, draft_tokens, num_draft, uniforms, greedy, draft_probs
     u = _uniforms(uniforms, "uniforms", (b, k), inside)
     kind = _draft_kind(draft, draft_probs)
     used = np.arange(m) < (n + rows)[:, None]  # [B, m]: the target rows a request reads
-    p = _distributions(target, "target_probs", used)
+    p = check_distributions(target, "target_probs", used)
     q = None
     if kind is Draft.PROBS:
         qa = _floats(draft_probs, "draft_probs", 3)
         if qa.shape != (b, k, v):
             raise ValueError(f"draft_probs: expected shape {(b, k, v)}, got {qa.shape}")
-        q = _distributions(qa, "draft_probs", inside)
+        q = check_distributions(qa, "draft_probs", inside)
     return p, x, n, u, g, q, inside
 
 

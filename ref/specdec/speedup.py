@@ -41,7 +41,7 @@ from ref.roofline.kv import kv_bytes, state_bytes
 from ref.roofline.moe import moe_bytes_touched
 from ref.roofline.perf import PhaseEstimate, decode_step, estimate, max_batch
 from ref.roofline.specdec import expected_tokens
-from ref.specdec.rejection import SUM_TOLERANCE
+from ref.specdec.rejection import SUM_TOLERANCE, check_distributions
 
 __all__ = ["SpecStep", "acceptance", "length_law", "positionwise_tokens", "slowdown_batch", "spec_step",
            "tv_distance", "verify_step"]
@@ -58,11 +58,7 @@ def _rows(p: ArrayLike, q: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.f
         arr = arr.astype(np.float64)
         if arr.ndim < 1 or arr.shape[-1] < 1:
             raise ValueError(f"{name}: expected rows [..., V] with V >= 1, got shape {arr.shape}")
-        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError(f"{name}: expected finite non-negative probabilities")
-        if np.any(np.abs(arr.sum(axis=-1) - 1.0) > ROW_SUM_TOLERANCE):
-            raise ValueError(f"{name}: a row does not sum to 1 within {ROW_SUM_TOLERANCE}")
-        out.append(arr)
+        out.append(check_distributions(arr, name))
     if out[0].shape != out[1].shape:
         raise ValueError(f"p, q: shapes {out[0].shape} and {out[1].shape} differ")
     return out[0], out[1]

@@ -14,6 +14,7 @@ from functools import partial
 
 import numpy as np
 
+from corpus import patched
 from ref.conformance.adapters import numpy_specdec as S
 from ref.conformance.implementation import Implementation
 
@@ -170,14 +171,7 @@ def _repeat_last_draft(p, xs, n, k):
 
 def _with_tolerance(kernel, tolerance):
     """The adapter's row-sum check run at another tolerance than the spec's 1e-4."""
-    def wrong(*args, **kwargs):
-        saved = S.TOLERANCE
-        S.TOLERANCE = tolerance
-        try:
-            return kernel(*args, **kwargs)
-        finally:
-            S.TOLERANCE = saved
-    return wrong
+    return patched(kernel, S, "TOLERANCE", lambda _: tolerance)
 
 
 def _vllm(**steps):

@@ -11,6 +11,7 @@ from functools import partial
 
 import numpy as np
 
+from corpus import patched
 from ref.conformance.adapters import numpy_spec_trees as K
 from ref.conformance.implementation import Implementation
 
@@ -200,25 +201,11 @@ def _ge_sample(mass, u):
 
 
 def _with_sample(fn, sampler):
-    def kernel(*args, **kwargs):
-        saved = K.sample
-        K.sample = sampler
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            K.sample = saved
-    return kernel
+    return patched(fn, K, "sample", lambda _: sampler)
 
 
 def _reversed_children(fn):
-    def kernel(*args, **kwargs):
-        saved = K.kids
-        K.kids = lambda first, sibling, i: saved(first, sibling, i)[::-1]
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            K.kids = saved
-    return kernel
+    return patched(fn, K, "kids", lambda kids: lambda first, sibling, i: kids(first, sibling, i)[::-1])
 
 
 def _leaf_bonus_from_parent(parents, draft_tokens, target_probs, draft_probs, uniforms, final_uniforms, *,
@@ -345,14 +332,7 @@ def _strict_test(residual, q, x, u):
 
 def _with_tolerance(fn, tolerance):
     """The adapter's row-sum check at another tolerance than the spec's 1e-4."""
-    def kernel(*args, **kwargs):
-        saved = K.TOL
-        K.TOL = tolerance
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            K.TOL = saved
-    return kernel
+    return patched(fn, K, "TOL", lambda _: tolerance)
 
 
 TREE_BUGS = {
