@@ -1,0 +1,8 @@
+"""The quant area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
+
+from ref.testing.catalog_types import gather
+from ref.testing.flags import COMMON
+
+MODULES = ()
+
+OPERATIONS, FLAGS = gather("quant", MODULES, COMMON)
