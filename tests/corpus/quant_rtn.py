@@ -78,11 +78,11 @@ def _symmetric_as(other):
 
 def _gptq_symmetric_ct_scale(original):
     """GPTQ's symmetric lo = -amax applied to every group, also a non-negative one."""
-    def adjust(lo, hi, scheme):
+    def adjust(lo, hi, scheme, include_zero=True):
         if scheme == "symmetric":
             hi = np.maximum(-lo, hi)
             lo = -hi
-        return original(lo, hi, "asymmetric" if scheme == "symmetric" else scheme)
+        return original(lo, hi, "asymmetric" if scheme == "symmetric" else scheme, include_zero)
     return adjust
 
 
@@ -97,7 +97,7 @@ def _restricted_power_of_two(original):
 
 
 def _no_dead_fix(original):
-    def adjust(lo, hi, scheme):
+    def adjust(lo, hi, scheme, include_zero=True):
         if scheme == "symmetric":
             hi = np.maximum(-lo, hi)
             lo = np.where(lo < 0, -hi, lo)
