@@ -99,6 +99,8 @@ def _group_vectors(rng) -> list[VectorSpec]:
                          Case({"w": square}, {"group": 16})),
               VectorSpec("groups of 1: every weight its own scale (asymmetric: codes at the range ends)",
                          ("GroupAxis",), Case({"w": w[:1, :16]}, {"group": 1})),
+              VectorSpec("a single input column, per-channel", ("GroupAxis",),
+                         Case({"w": w[:, 5:6]}, {"group": -1})),
               VectorSpec("groups of 1, symmetric", ("GroupAxis", "SymmetricConvention"),
                          Case({"w": w[:1, :16]}, {"group": 1, "scheme": "symmetric"}))]
     return specs
