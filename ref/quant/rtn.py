@@ -216,7 +216,7 @@ def _per_group(arr: ArrayLike, w: NDArray, name: str) -> NDArray:
     except ValueError:
         raise ValueError(f"{name}: shape {np.shape(arr)} does not broadcast against {w.shape} "
                          "(one axis fewer than the weights, or as many)") from None
-    return arr.astype(w.dtype)
+    return arr.astype(w.dtype, copy=False)
 
 
 def quantize(w: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int,
@@ -244,8 +244,8 @@ def _codes(w: NDArray, scale: NDArray, zero: NDArray, bits: int, before: bool = 
     dt = w.dtype.type
     half = dt(1 << (bits - 1))
     with np.errstate(over="ignore", invalid="ignore"):
-        x = (w / scale).astype(w.dtype)
-        q = np.rint((x + (zero - half)).astype(w.dtype)) + half if before else np.rint(x) + zero
+        x = (w / scale).astype(w.dtype, copy=False)
+        q = np.rint((x + (zero - half)).astype(w.dtype, copy=False)) + half if before else np.rint(x) + zero
         return np.clip(q, dt(0), dt((1 << bits) - 1))
 
 
