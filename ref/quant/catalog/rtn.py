@@ -240,7 +240,10 @@ def dequantize_vectors() -> list[VectorSpec]:
     scales = (rng.integers(1, 200, (4, 2)) * 2.0**-12).astype(np.float32)
     zeros = rng.integers(0, 16, (4, 2)).astype(np.float32)
     base = {"codes": codes, "scales": scales, "zeros": zeros}
+    wide = rng.integers(0, 16, (2, 256))
     return [
+        VectorSpec("random INT4 codes [2, 256], group 128 (the default)", ("ZeroPointRounding", "Random"),
+                   Case({"codes": wide, "scales": scales[:2], "zeros": zeros[:2]})),
         VectorSpec("random INT4 codes, group 32", ("ZeroPointRounding", "Random"), Case(base, {"group": 32})),
         VectorSpec("uint8 codes, float64 scales and zeros", ("ArithmeticDtype",),
                    Case({"codes": codes.astype(np.uint8), "scales": scales.astype(np.float64) / 3,
