@@ -77,8 +77,8 @@ def _variant_vectors(rng) -> list[VectorSpec]:
     specs = []
     for bits in rtn.BITS:
         for scheme in (s.value for s in rtn.Scheme):
-            w = _layer(rng, (4, 64))
-            w[3, 32:] = np.abs(w[3, 32:])  # one non-negative group: GPTQ's symmetric lo = 0
+            w = _layer(rng, (2, 64))
+            w[1, 32:] = np.abs(w[1, 32:])  # one non-negative group: GPTQ's symmetric lo = 0
             for zr in (z.value for z in rtn.ZeroRange):
                 flags = ["Random", "IncludeZero", "SymmetricConvention" if scheme != "asymmetric" else
                          "ZeroPointRounding"]
