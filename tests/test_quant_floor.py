@@ -1,0 +1,139 @@
+"""Below 4 bits and the floor (spec/quant.md#e8-nearest, #lloyd-max, #ecsq-gap,
+#bf16-entropy): the E8/D8 decoder against brute force, its tie rules and exactness,
+the corpus and the correct alternatives; Lloyd-Max codebooks against the published
+MSEs; the entropy-coded scalar quantizer's gap approaching 1/2 log2(pi e / 6); the
+bf16 field entropies of generated weights."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from corpus import quant_lattice as corpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ref.conformance.adapters import numpy_lattice
+from ref.conformance.implementation import Implementation
+from ref.conformance.report import parse_entries
+from ref.conformance.runner import run
+from ref.quant.lattice import d8_nearest, e8_nearest, in_e8
+
+STEP = 2.0**-5  # test inputs: integers times 2^-5, so float64 distances are exact
+
+# every offset in {-1, 0, 1}^8: the nearest point differs from the rounded x by at most one step per coordinate
+OFFSETS = np.array(list(itertools.product((-1, 0, 1), repeat=8)), dtype=np.float64)  # [6561, 8]
+
+
+def _brute(x: np.ndarray, coset: bool) -> tuple[np.ndarray, float]:
+    """All nearest points of D8 (or E8) to one vector x [8], and the squared distance."""
+    found = []
+    for shift in ((0.0, 0.5) if coset else (0.0,)):
+        cands = np.round(x - shift) + OFFSETS  # [6561, 8] integer points near x - shift
+        cands = cands[cands.sum(axis=1) % 2 == 0] + shift
+        found.append(cands)
+    cands = np.concatenate(found)
+    dist = ((cands - x) ** 2).sum(axis=1)
+    best = dist.min()
+    return cands[dist == best], best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-96, 96), min_size=8, max_size=8), st.booleans())
+def test_the_decoder_returns_a_nearest_point_found_by_brute_force(ints, coset):
+    x = np.array(ints, np.float64) * STEP
+    y = (e8_nearest if coset else d8_nearest)(x)
+    nearest, best = _brute(x, coset)
+    assert ((y - x) ** 2).sum() == best
+    assert any(np.array_equal(y, p) for p in nearest)
+    if len(nearest) == 1:
+        assert np.array_equal(y, nearest[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(-8, 8), min_size=8, max_size=8))
+def test_on_a_quarter_grid_every_tie_follows_the_stated_rule(ints):
+    """Quarter steps make ties common: the result is always one of the nearest points,
+    and equal to the row-by-row Fraction decoder's (the same rule, written apart)."""
+    x = np.array(ints, np.float64) / 4
+    y = e8_nearest(x)
+    nearest, _ = _brute(x, True)
+    assert any(np.array_equal(y, p) for p in nearest)
+    assert np.array_equal(y, numpy_lattice.e8_nearest(x))
+    assert np.array_equal(d8_nearest(x), numpy_lattice.d8_nearest(x))
+
+
+def test_lattice_points_decode_to_themselves_and_outputs_are_lattice_points():
+    rng = np.random.default_rng(14)
+    x = rng.integers(-64, 65, (200, 8)) * STEP
+    y = e8_nearest(x)
+    assert in_e8(y).all() and np.array_equal(e8_nearest(y), y)
+    d = d8_nearest(x)
+    assert (d == np.round(d)).all() and (d.sum(axis=1) % 2 == 0).all()
+    # the covering radius of E8 is 1 (squared distance at most 1); of D8, sqrt(2)... bounded by 2
+    assert ((y - x) ** 2).sum(axis=1).max() <= 1 and ((d - x) ** 2).sum(axis=1).max() <= 2
+
+
+def test_ties_follow_the_stated_rule():
+    assert np.array_equal(e8_nearest(np.full(8, 0.25)), np.zeros(8))  # D8 over the coset
+    assert np.array_equal(e8_nearest(np.full(8, -0.25)), np.zeros(8))
+    assert np.array_equal(d8_nearest(np.array([1.5, 1.5, 0, 0, 0, 0, 0, 0])), [1, 1, 0, 0, 0, 0, 0, 0])  # toward zero
+    assert np.array_equal(d8_nearest(np.array([0.25, 0.25, 1, 0, 0, 0, 0, 0])), [1, 0, 1, 0, 0, 0, 0, 0])  # first worst
+    assert np.array_equal(d8_nearest(np.eye(8)[0]), [2, 0, 0, 0, 0, 0, 0, 0])  # x >= f: up
+    assert np.array_equal(d8_nearest(-np.eye(8)[0]), [0, 0, 0, 0, 0, 0, 0, 0])
+
+
+def test_one_ulp_from_a_tie_is_decided_exactly():
+    x = np.full(8, 0.25)
+    x[0] += 2.0**-54  # nearer the coset point by 2^-54 in squared distance
+    assert np.array_equal(e8_nearest(x), np.full(8, 0.5))
+    x = np.full(8, 2.0**-1074)  # subnormal coordinates: the D8 point 0
+    assert np.array_equal(e8_nearest(x), np.zeros(8))
+    assert np.array_equal(e8_nearest(np.full(8, 0.5) - 2.0**-1074), np.full(8, 0.5))
+
+
+def test_dtypes_ranks_and_invalid_inputs():
+    x = np.arange(16, dtype=np.float32).reshape(2, 8) / 8
+    assert e8_nearest(x).dtype == np.float64 and e8_nearest(x[0]).shape == (8,)
+    assert e8_nearest(x.reshape(1, 2, 8)).shape == (1, 2, 8) and e8_nearest(np.zeros((0, 8))).shape == (0, 8)
+    with pytest.raises(ValueError, match="x: expected shape"):
+        e8_nearest(np.zeros(7))
+    with pytest.raises(TypeError, match="x: expected float16"):
+        e8_nearest(np.zeros(8, np.int32))
+    with pytest.raises(ValueError, match="finite"):
+        d8_nearest(np.full(8, np.nan))
+    with pytest.raises(ValueError, match="2\\^50"):
+        e8_nearest(np.full(8, 2.0**50))
+
+
+# ------------------------------------------------------------------ kernels on the vectors
+
+OPS = [corpus.E8, corpus.D8]
+
+
+def test_correct_kernels_pass():
+    for impl in corpus.CORRECT.values():
+        report = run(impl, ops=OPS, examples=3)
+        assert report.ok, (impl.name, [(f.where, f.flags) for r in report.ops for f in r.failures][:5])
+
+
+def test_a_float64_decoder_fails_only_the_near_ties():
+    report = run(corpus.FLOAT64, ops=OPS, examples=0)
+    flags = {flag for r in report.ops for f in r.failures for flag in f.flags}
+    assert flags == {"NearTie"}
+    xfails = parse_entries(f"{corpus.E8}/NearTie float64 squared distances round one-ulp differences away")
+    assert run(corpus.FLOAT64, ops=OPS, examples=5, xfails=xfails).ok
+
+
+@pytest.mark.parametrize("name", list(corpus.LATTICE_BUGS))
+def test_wrong_decoders_are_rejected_by_their_flag(name):
+    op, flag, _ = corpus.LATTICE_BUGS[name]
+    report = run(corpus.bug(name), ops=[op], examples=0)
+    assert any(flag in f.flags for r in report.ops for f in r.failures), name
+
+
+@pytest.mark.deep
+def test_the_default_decoder_agrees_on_many_random_cases():
+    impl = Implementation(numpy_lattice.NAME, numpy_lattice.OPS)
+    assert run(impl, ops=OPS, examples=500).ok
