@@ -7,18 +7,23 @@ bf16 field entropies of generated weights."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 from corpus import quant_lattice as corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import integrate
 
 from ref.conformance.adapters import numpy_lattice
 from ref.conformance.implementation import Implementation
 from ref.conformance.report import parse_entries
 from ref.conformance.runner import run
+from ref.formats.minifloat import encode
+from ref.quant.entropy import bf16_fields, ecsq_gap, entropy_bits, field_entropies, gaussian_bf16_entropies
 from ref.quant.lattice import d8_nearest, e8_nearest, in_e8
+from ref.quant.lloyd_max import codebook, gaussian_mse, quantize
 
 STEP = 2.0**-5  # test inputs: integers times 2^-5, so float64 distances are exact
 
@@ -126,6 +131,7 @@ def test_a_float64_decoder_fails_only_the_near_ties():
     assert run(corpus.FLOAT64, ops=OPS, examples=5, xfails=xfails).ok
 
 
+@pytest.mark.deep  # the default profile has the same check in tests/test_runner_corpus_rule.py
 @pytest.mark.parametrize("name", list(corpus.LATTICE_BUGS))
 def test_wrong_decoders_are_rejected_by_their_flag(name):
     op, flag, _ = corpus.LATTICE_BUGS[name]
@@ -137,3 +143,98 @@ def test_wrong_decoders_are_rejected_by_their_flag(name):
 def test_the_default_decoder_agrees_on_many_random_cases():
     impl = Implementation(numpy_lattice.NAME, numpy_lattice.OPS)
     assert run(impl, ops=OPS, examples=500).ok
+
+
+# ------------------------------------------------------------------ Lloyd-Max
+
+
+@pytest.fixture(scope="module")
+def books():
+    return {b: codebook(b) for b in (1, 2, 3, 4)}
+
+
+def test_one_bit_is_the_conditional_mean_of_a_half_gaussian(books):
+    levels, thresholds, mse = books[1]
+    assert thresholds.tolist() == [0.0]
+    assert np.allclose(levels, [-math.sqrt(2 / math.pi), math.sqrt(2 / math.pi)], rtol=0, atol=1e-13)
+    assert abs(mse - (1 - 2 / math.pi)) < 1e-13
+
+
+@pytest.mark.parametrize("bits,published", [(1, 0.3634), (2, 0.1175), (3, 0.03454), (4, 0.009497)])
+def test_the_published_mses_are_reproduced(books, bits, published):
+    """Max's 1960 table, to its four digits at 1..3 bits; at 4 bits the exact value is
+    0.0095010 (scipy quadrature agrees to 1e-13 below): the table is 4.2e-4 low."""
+    mse = books[bits][2]
+    assert abs(mse - published) / published < (5e-4 if bits == 4 else 2.5e-4)
+
+
+def test_the_codebook_is_a_fixed_point_and_its_mse_the_integral(books):
+    levels, thresholds, mse = books[3]
+    assert np.array_equal(thresholds, (levels[:-1] + levels[1:]) / 2)
+    assert np.allclose(levels, -levels[::-1], rtol=0, atol=0)
+    edges = np.concatenate([[-np.inf], thresholds, [np.inf]])
+    total = sum(integrate.quad(lambda x, c=c: (x - c) ** 2 * math.exp(-x * x / 2) / math.sqrt(2 * math.pi),
+                               lo, hi, epsabs=1e-15, epsrel=1e-13)[0]
+                for c, lo, hi in zip(levels, edges[:-1], edges[1:]))
+    assert abs(total - mse) < 1e-12
+    moved = np.array([gaussian_mse(levels + d, thresholds) for d in (-1e-4, 1e-4)])
+    assert np.all(moved > mse)  # the centroids minimize the MSE for these cells
+
+
+def test_lloyd_max_quantize_and_invalid_arguments(books):
+    levels = books[2][0]
+    x = np.array([-np.inf, -1.0, 0.0, 0.5, levels[2], np.inf])
+    assert quantize(x, levels).tolist() == [0, 0, 1, 2, 2, 3]  # 0 is the threshold between levels 1, 2: lower
+    with pytest.raises(ValueError, match="x: NaN"):
+        quantize(np.array([np.nan]), levels)
+    with pytest.raises(ValueError, match="levels"):
+        quantize(x, levels[::-1])
+    with pytest.raises(ValueError, match="bits"):
+        codebook(0)
+    with pytest.raises(ValueError, match="max_iter"):
+        codebook(4, max_iter=3)
+
+
+# ------------------------------------------------------------------ the rate-distortion gap
+
+
+def test_the_ecsq_gap_tends_to_half_log2_pi_e_over_6():
+    limit = 0.5 * math.log2(math.pi * math.e / 6)  # 0.2546 bit
+    errors = [abs(ecsq_gap(2.0**-k)["gap"] - limit) for k in range(0, 5)]
+    assert errors[0] < 1e-4 and all(e < 1e-6 for e in errors[2:])
+    assert errors[0] > errors[1] > errors[2]
+    small = ecsq_gap(2.0**-6)
+    assert abs(small["mse"] / (2.0**-12 / 12) - 1) < 1e-3  # D -> delta^2 / 12
+    assert abs(small["rate"] - (0.5 * math.log2(2 * math.pi * math.e) + 6)) < 1e-3  # H -> h(X) - log2 delta
+
+
+# ------------------------------------------------------------------ the lossless floor of bf16 weights
+
+
+def test_gaussian_bf16_entropies_are_scale_free_and_below_the_field_sum():
+    a, b = gaussian_bf16_entropies(0.02), gaussian_bf16_entropies(0.04)
+    assert a["sign"] == 1.0 and all(abs(a[k] - b[k]) < 1e-3 for k in a)
+    assert 2.54 < a["exponent"] < 2.55 and 6.97 < a["mantissa"] < 6.98 and 10.46 < a["code"] < 10.47
+    assert a["code"] < a["sign"] + a["exponent"] + a["mantissa"]
+
+
+def test_sampled_weights_measure_the_exact_entropies():
+    rng = np.random.default_rng(2504)
+    w = encode(rng.standard_normal(1 << 18) * 0.02, "bfloat16")
+    got, exact = field_entropies(w), gaussian_bf16_entropies(0.02)
+    assert abs(got["exponent"] - exact["exponent"]) < 5e-3 and abs(got["mantissa"] - exact["mantissa"]) < 5e-3
+    assert 0 < exact["code"] - got["code"] < 0.1  # the plug-in estimate is biased low by about K / (2 n ln 2)
+    heavy = field_entropies(encode(rng.standard_t(4, 1 << 18) * 0.02, "bfloat16"))
+    assert heavy["exponent"] > exact["exponent"] + 0.1  # a heavier tail spreads the exponents
+
+
+def test_entropy_helpers_refuse_bad_input():
+    assert entropy_bits([1, 1, 0, 2]) == 1.5
+    sign, exponent, mantissa = bf16_fields(np.array([0xBF80], np.uint16))  # -1.0
+    assert (int(sign[0]), int(exponent[0]), int(mantissa[0])) == (1, 127, 0)
+    with pytest.raises(TypeError, match="codes"):
+        bf16_fields(np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="counts"):
+        entropy_bits([0, 0])
+    with pytest.raises(ValueError, match="delta"):
+        ecsq_gap(0.0)
