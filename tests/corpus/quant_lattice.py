@@ -66,6 +66,14 @@ def _coset_on_ties(d_int, d_half):
     return d_half <= d_int
 
 
+def _coset_plus_half(v):
+    """The coset decoded as D8(x + 1/2) - 1/2: the same points, but halfway coordinates of x - 1/2
+    then round away from where the spec sends them."""
+    a = [Fraction(c) for c in L.d8_point(v)]
+    b = [Fraction(c) - L.HALF for c in L.d8_point([c + L.HALF for c in v])]
+    return b if L.prefer_coset(L.squared_distance(v, a), L.squared_distance(v, b)) else a
+
+
 def _float_distances(v, p):
     """Squared distances summed in float64: one-ulp differences vanish."""
     return Fraction(sum((float(a) - float(b)) ** 2 for a, b in zip(v, p)))
@@ -91,6 +99,7 @@ LATTICE_BUGS = {
     "halfway coordinates rounded to even (D8)": (D8, "LatticeTie", _kernel(D8, "nearest_integer", _half_to_even)),
     "halfway coordinates rounded up": (D8, "LatticeTie", _kernel(D8, "nearest_integer", _half_up)),
     "the coset preferred on D8/coset ties": (E8, "LatticeTie", _kernel(E8, "prefer_coset", _coset_on_ties)),
+    "the coset decoded as D8(x + 1/2) - 1/2": (E8, "LatticeTie", _kernel(E8, "e8_point", _coset_plus_half)),
     "distances compared in float64": (E8, "NearTie", _kernel(E8, "squared_distance", _float_distances)),
 }
 

@@ -71,6 +71,8 @@ def _tie_rows() -> dict[str, np.ndarray]:
         "two equally bad coordinates: the first is repaired": np.array([[0.25, 0.25, 1, 0, 0, 0, 0, 0],
                                                                           [0, 0, 0, 1, 0, -0.25, 0, -0.25]]),
         "an odd integer row: the first coordinate goes up (x >= f)": np.stack([e[0], -e[0], 3 * e[5]]),
+        "halfway in the coset (x - 1/2 = k + 1/2) rounds toward zero": np.array([[1, 1] + [0.5] * 6, [0, 0] + [0.5] * 6,
+                                                                                  [-1, 0] + [-0.5] * 6]),
         "(1/4, ..., 1/4): D8 and its coset equally near, D8 wins": np.stack([quarter, -quarter,
                                                                                quarter + np.arange(8) % 2]),
     }
@@ -111,8 +113,7 @@ def _vectors(op: str, coset: bool) -> list[VectorSpec]:
     specs = [VectorSpec("random dyadic vectors in [-4, 4]", ("Random",), Case({"x": _grid(rng, (64, 8), 256)})),
              VectorSpec("the repair of an odd sum at every position, both directions", ("ParityFix",),
                         Case({"x": _parity_rows(rng)}))]
-    specs += [VectorSpec(f"ties: {name}", ("LatticeTie",), Case({"x": rows})) for name, rows in _tie_rows().items()
-              if coset or "coset" not in name]
+    specs += [VectorSpec(f"ties: {name}", ("LatticeTie",), Case({"x": rows})) for name, rows in _tie_rows().items()]
     if coset:
         near_coset = _d8_points(rng, 24) + 0.5 + _grid(rng, (24, 8), 12)
         specs += [
@@ -131,7 +132,7 @@ def _examples(supported):
         step = draw(st.sampled_from([0.25, 2.0**-4, 2.0**-10]), label="step")  # coarse steps: many ties
         ints = draw(st.lists(st.integers(-int(4 / step), int(4 / step)), min_size=8 * n, max_size=8 * n),
                     label="coordinates")
-        dtype = draw(st.sampled_from([np.float64, np.float32]), label="dtype")
+        dtype = draw(st.sampled_from([np.float64, np.float32, np.float16]), label="dtype")
         return Case({"x": (np.array(ints, np.float64).reshape(n, 8) * step).astype(dtype)})
 
     return case()
