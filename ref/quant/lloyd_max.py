@@ -10,9 +10,10 @@ Lloyd's iteration with exact Gaussian integrals (math.erf, math.exp).
                 int_a^b x^2 phi = (Phi(b) - Phi(a)) + a phi(a) - b phi(b)
                 int_a^b x phi   = phi(a) - phi(b)
 
-The iteration starts from levels at the cell midpoints of a uniform grid on
-[-3, 3] (any symmetric start converges: the Gaussian is log-concave, so the fixed
-point is unique, Fleischer 1964) and stops when no level moves by more than
+The iteration starts from the high-rate compander's levels (point density
+proportional to phi^(1/3), Panter and Dite 1951: the quantiles (i + 1/2) / 2^b of
+N(0, 3)); any start converges, the Gaussian being log-concave (a unique fixed point,
+Fleischer 1964), this one in fewer rounds and stops when no level moves by more than
 `tol` (default 1e-13) or after `max_iter` rounds (an error). The published MSEs
 0.3634, 0.1175, 0.03454, 0.009497 (b = 1..4; Max 1960) are checks in the tests,
 not inputs. Cells are evaluated on |x| by symmetry of the tails (erfc) so that
@@ -26,6 +27,7 @@ Reference: J. Max, "Quantizing for minimum distortion", IRE Trans. Inf. Theory 6
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -37,6 +39,7 @@ __all__ = ["codebook", "gaussian_mse", "quantize"]
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
 _EXP = np.frompyfunc(math.exp, 1, 1)
 SQRT2 = math.sqrt(2.0)
+_START = statistics.NormalDist(0.0, math.sqrt(3.0))  # point density phi^(1/3): the quantiles of N(0, 3)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
@@ -78,11 +81,11 @@ def gaussian_mse(levels: ArrayLike, thresholds: ArrayLike) -> float:
 def codebook(bits: int, *, tol: float = 1e-13, max_iter: int = 200000) -> tuple[NDArray, NDArray, float]:
     """The Lloyd-Max quantizer of N(0, 1) with 2^bits levels -> (levels [2^b], thresholds
     [2^b - 1], mse), levels increasing and symmetric about 0."""
-    bits = integer(bits, "bits", minimum=1, maximum=8)
+    bits = integer(bits, "bits", minimum=1, maximum=6)  # 7 bits: about 17 s; Lloyd slows as levels multiply
     tol = real(tol, "tol")
     max_iter = integer(max_iter, "max_iter", minimum=1)
     n = 1 << bits
-    c = -3.0 + 6.0 * (np.arange(n) + 0.5) / n  # [n] the uniform start
+    c = np.array([_START.inv_cdf((i + 0.5) / n) for i in range(n)])  # [n] the compander's levels
     for _ in range(max_iter):
         t = (c[:-1] + c[1:]) / 2
         p, m1, _ = _cells(t)
