@@ -150,7 +150,8 @@ def test_the_checks_see_what_they_must():
 
 
 @pytest.mark.parametrize("kernels", ["numpy_attention", "numpy_stochastic", "numpy_blocks", "numpy_groups",
-                                     "numpy_sr_bits", "numpy_roofline", "numpy_specdec_rng"])
+                                     "numpy_sr_bits", "numpy_roofline", "numpy_specdec_rng",
+                                     "numpy_lattice"])
 def test_the_default_implementation_is_not_built_from_the_oracles(kernels):
     """The bundled default implementation is judged by the oracles, so its own kernels
     import nothing from ref (ml_dtypes_casts is a third-party library's casts)."""
