@@ -37,11 +37,10 @@ def back(rows: np.ndarray, axis: int) -> np.ndarray:
 
 
 def shrink(x: np.ndarray, beta: F, p: F) -> np.ndarray:
-    """sign(x) * relu(|x| - |x|^(p-1) / beta) in float32; 0 at x = 0."""
+    """sign(x) * relu(|x| - |x|^(p-1) / beta) in float32; 0 at x = 0 (|0|^(p-1) = Inf)."""
     a = np.abs(x)
     with np.errstate(divide="ignore"):
-        t = np.where(a > 0, a ** F(p - 1), F(np.inf)) / beta
-    return (np.sign(x) * np.maximum(a - t, F(0))).astype(F)
+        return np.copysign(np.maximum(a - a ** F(p - 1) / beta, F(0)), x)
 
 
 def betas(beta: float, kappa: float, iters: int, schedule: str) -> list:
@@ -55,14 +54,14 @@ def betas(beta: float, kappa: float, iters: int, schedule: str) -> list:
 
 
 def solve_zero(rows, s, z, qmax, beta_of_step, p, iters):
-    """The proximal zero-point loop on [groups, G] rows (s, z: [groups, 1] float32)."""
+    """The proximal zero-point loop on [groups, G] float32 rows (s, z: [groups, 1] float32)."""
     best = F(np.inf)
     for i in range(iters):
-        q = np.clip(np.rint(rows * s + z), 0, qmax).astype(F)
-        r = ((q - z) / s).astype(F)
-        e = shrink((rows - r).astype(F), beta_of_step[i], p)
-        z = np.mean((q - (rows - e) * s).astype(F), axis=1, keepdims=True, dtype=F)
-        err = np.mean(np.abs(rows - r), dtype=F)
+        q = np.clip(np.rint(rows * s + z), 0, qmax)
+        x = rows - (q - z) / s  # the error of the dequantized weights
+        e = shrink(x, beta_of_step[i], p)
+        z = np.mean(q - (rows - e) * s, axis=1, keepdims=True, dtype=F)
+        err = np.mean(np.abs(x), dtype=F)
         if err < best:
             best = err
         else:

@@ -196,26 +196,22 @@ def quantize_vectors() -> list[VectorSpec]:
     def cond(comment, flags, shape, exponent, outlier=None, **params):
         add(comment, flags, _draw(rng, shape, exponent, outlier, **params), **params)
 
-    for bits in hqq.BITS:
-        for axis in (0, 1):
-            cond(f"{bits} bits, axis {axis}: LLM-sized weights with an outlier column (the shrink inactive)",
-                 (RANDOM, "HqqGroupAxis", "HqqZeroUpdate"), (8, 64), -11, 5, bits=bits, axis=axis)
-            cond(f"{bits} bits, axis {axis}: unit-sized weights (|w - r| past the shrink's threshold)",
-                 (RANDOM, "HqqShrink", "HqqZeroUpdate", "HqqEarlyStop", "HqqBetaSchedule", "HqqGroupAxis"),
-                 (8, 64), -7, bits=bits, axis=axis)
-    for bits in (1, 2, 3, 4):
-        for group in (8, 32):
-            cond(f"{bits} bits, group {group}, hqq <= 0.2.6's kappa schedule", (RANDOM, "HqqBetaSchedule"), (8, 128),
-                 -7, bits=bits, group=group, axis=1, beta_schedule="kappa")
-            cond(f"{bits} bits, group {group}, constant beta", (RANDOM, "HqqBetaSchedule", "HqqShrink"), (8, 128), -7,
-                 bits=bits, group=group, axis=0)
-    for axis in (0, 1):
-        cond(f"round_zero, axis {axis} (BaseQuantizeConfig's 4-bit setting)", ("HqqRoundZero",), (8, 128), -7,
-             round_zero=True, axis=axis)
-        cond(f"min-max only, axis {axis}: no solver", ("HqqInverseScale", "HqqGroupAxis"), (8, 128), -7,
-             optimize=False, axis=axis)
-        cond(f"128 groups, axis {axis}: one group per column of reshape(G, -1)", ("HqqGroupAxis",), (8, 256), -9, 3,
-             group=128, axis=axis)
+    for bits, axis in ((4, 0), (4, 1), (1, 0)):
+        cond(f"{bits} bits, axis {axis}: LLM-sized weights with an outlier column (the shrink inactive)",
+             (RANDOM, "HqqGroupAxis", "HqqZeroUpdate"), (8, 64), -11, 5, bits=bits, axis=axis)
+    for bits, axis in ((1, 0), (2, 0), (3, 0), (3, 1), (4, 1), (5, 1), (6, 0), (8, 1)):
+        cond(f"{bits} bits, axis {axis}: unit-sized weights (|w - r| past the shrink's threshold)",
+             (RANDOM, "HqqShrink", "HqqZeroUpdate", "HqqEarlyStop", "HqqBetaSchedule", "HqqGroupAxis"),
+             (8, 64), -7, bits=bits, axis=axis)
+    for bits, group in ((1, 8), (2, 32), (3, 32)):
+        cond(f"{bits} bits, group {group}, hqq <= 0.2.6's kappa schedule", (RANDOM, "HqqBetaSchedule"), (8, 128),
+             -7, bits=bits, group=group, axis=1, beta_schedule="kappa")
+    cond("2 bits, group 8, constant beta", (RANDOM, "HqqBetaSchedule", "HqqShrink"), (8, 128), -7, bits=2, group=8,
+         axis=0)
+    cond("round_zero (BaseQuantizeConfig's 4-bit setting)", ("HqqRoundZero",), (8, 128), -7, round_zero=True, axis=0)
+    cond("min-max only: no solver", ("HqqInverseScale", "HqqGroupAxis"), (8, 128), -7, optimize=False, axis=0)
+    cond("128 groups, axis 0: one group per column of reshape(G, -1)", ("HqqGroupAxis",), (8, 256), -9, 3,
+         group=128, axis=0)
     big = _draw(rng, (8, 128), -7)
     flat = _draw(rng, (8, 128), -7, axis=1)
     flat[:, :64] = np.float32(0.75)  # axis 1: four constant groups
