@@ -69,17 +69,22 @@ def solve_zero(rows, s, z, qmax, beta_of_step, p, iters):
     return z
 
 
-def min_max(rows: np.ndarray, bits: int, round_zero: bool):
+def min_max(rows: np.ndarray, bits: int, round_zero: bool, flat_floor: bool = True):
     lo, hi = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
     span = (hi - lo).astype(F)
-    safe = np.where(np.abs(span) <= F(1e-4), F(1), span)
-    s = np.where(np.abs(span) <= F(1e-4), F(1), F((1 << bits) - 1) / safe).astype(F)
+    flat = np.abs(span) <= F(1e-4)
+    if flat_floor:
+        s = np.where(flat, F(1), F((1 << bits) - 1) / np.where(flat, F(1), span)).astype(F)
+    else:  # hqq <= 0.2.6: a zero range divides to Inf, which the clamp takes to 2e4
+        with np.errstate(divide="ignore"):
+            s = (F((1 << bits) - 1) / span).astype(F)
     s = np.minimum(s, F(2e4))
     z = (-lo * s).astype(F)
     return s, (np.rint(z) if round_zero else z)
 
 
-def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant"):
+def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant",
+             flat_floor=True):
     w = np.asarray(w)
     if w.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"w: expected floating-point weights, got {w.dtype}")
@@ -91,7 +96,7 @@ def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, be
         raise ValueError("w: NaN or Inf weights")
     rows = rows_of_groups(w, group, axis)
     qmax = (1 << bits) - 1
-    s, z = min_max(rows, bits, round_zero)
+    s, z = min_max(rows, bits, round_zero, flat_floor)
     if optimize:
         z = solve_zero(rows, s, z, qmax, betas(10.0, 1.01, 20, beta_schedule), F(0.7), 20)
     q = np.clip(np.rint(rows * s + z), 0, qmax).astype(np.uint8)
@@ -147,5 +152,5 @@ OPS = {"quant.hqq.quantize": quantize, "quant.hqq.dequantize": dequantize, "quan
        "quant.hqq.unpack": unpack}
 VARIANTS = {"quant.hqq.quantize": {"bits": [1, 2, 3, 4, 5, 6, 8], "group": [8, 16, 32, 64, 128], "axis": [0, 1],
                                    "optimize": [True, False], "round_zero": [False, True],
-                                   "beta_schedule": ["constant", "kappa"]},
+                                   "beta_schedule": ["constant", "kappa"], "flat_floor": [True, False]},
             "quant.hqq.pack": {"layout": list(LAYOUTS)}, "quant.hqq.unpack": {"layout": list(LAYOUTS)}}

@@ -77,6 +77,8 @@ ROUND_ZERO = Variant("round_zero", (False, True), False,
                      "round the initial zero point (BaseQuantizeConfig sets it for 4 bits)")
 SCHEDULE = Variant("beta_schedule", hqq.BetaSchedule, "constant",
                    "beta fixed (hqq 0.2.7 .. 0.2.8.post1) or times kappa after each step (hqq <= 0.2.6)")
+FLAT_FLOOR = Variant("flat_floor", (True, False), True,
+                     "a range <= 1e-4 takes inverse scale 1 (hqq 0.2.7+) or only the 2e4 clamp (hqq <= 0.2.6)")
 LAYOUT = Variant("layout", hqq.Layout, "4bit_u8", "hqq's BitPack layout")
 
 # Conditioned inputs and their rule (measured: tests/test_quant_hqq.py, spec/quant.md#hqq-tolerance).
@@ -217,6 +219,8 @@ def quantize_vectors() -> list[VectorSpec]:
     flat[:, :64] = np.float32(0.75)  # axis 1: four constant groups
     flat[:, 64:128] = np.float32(2.0 ** -16) * (np.arange(64) % 3)  # range 2^-15 <= 1e-4: inverse scale 1
     add("constant groups and groups of range 2^-15 (inverse scale 1)", ("HqqFlatGroup",), flat, axis=1)
+    add("the same under hqq <= 0.2.6: inverse scale 2e4 (the clamp) for every flat group", ("HqqFlatGroup",), flat,
+        axis=1, flat_floor=False)
     narrow = (np.float32(1) + np.float32(2.0 ** -13) * (np.arange(8 * 128) % 5)).reshape(8, 128)
     add("groups of range 2^-11 (max - min above 1e-4): inverse scale clamped at 2e4, codes clip",
         ("HqqFlatGroup",), narrow.astype(np.float32), axis=1, bits=8)
@@ -358,7 +362,7 @@ def _dequantize_examples(supported):
 
 OPERATIONS = [
     AREA.exact("hqq.quantize", hqq.quantize, anchor="hqq", summary="w -> (codes, scale = 1/s, zero): min-max then "
-               "the half-quadratic zero-point solver", variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE),
+               "the half-quadratic zero-point solver", variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
                vectors=quantize_vectors, examples=_quantize_examples, compare=compare_quantized,
                outputs=("codes", "scale", "zero")),
     AREA.exact("hqq.dequantize", hqq.dequantize, anchor="hqq-layout", summary="float32 (codes - zero) * scale",
