@@ -211,3 +211,17 @@ def test_the_default_kernel_agrees_on_many_conditioned_examples():
     impl = Implementation(numpy_hqq.NAME, numpy_hqq.OPS, variants=numpy_hqq.VARIANTS)
     report = run(impl, ops=OPS, examples=300)
     assert report.ok, [(f.where, f.flags) for r in report.ops for f in r.failures][:5]
+
+
+@pytest.mark.parametrize("bits", [4, 3])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_state_dict_round_trips(bits, axis):
+    """hqq 0.2.8's HQQLinear state dict (checked against hqq itself: the same keys, dtypes, shapes,
+    meta and W_q words, and hqq's loader dequantizes it to load_state_dict's weights)."""
+    w = _layer(bits, shape=(32, 64), exponent=-11)
+    sd = hqq.state_dict(w, bits=bits, group=16, axis=axis)
+    assert bytes(sd["packing"]).decode() == ("4bit_u8" if bits == 4 else "3bit_32") and sd["scale"].dtype == np.float16
+    assert int(sd["round_zero"]) == (bits == 4) and sd["shape"].tolist() == [32, 64]
+    codes, scale, zero = hqq.quantize(w, bits=bits, group=16, axis=axis, round_zero=bits == 4)
+    want = hqq.dequantize(codes, scale.astype(np.float16).astype(np.float32), zero.astype(np.float16).astype(np.float32))
+    assert np.array_equal(hqq.load_state_dict(sd), want.reshape(32, 64))

@@ -41,8 +41,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import boolean, integer, member, real
 
-__all__ = ["BITS", "FIELDS", "LAYOUT_OF_BITS", "BetaSchedule", "Layout", "conditioning", "dequantize", "group_view", "initial_params",
-           "optimize_zero", "pack", "quantize", "shrink_lp", "unpack"]
+__all__ = ["BITS", "FIELDS", "LAYOUT_OF_BITS", "BetaSchedule", "Layout", "conditioning", "dequantize", "group_view",
+           "initial_params", "load_state_dict", "optimize_zero", "pack", "quantize", "shrink_lp", "state_dict", "unpack"]
 
 BITS = (1, 2, 3, 4, 5, 6, 8)
 SCALE_MAX = 2e4  # the inverse scale's clamp ("half-precision problems")
@@ -271,3 +271,45 @@ def unpack(packed: ArrayLike, *, layout: Layout | str = Layout.U8_4) -> NDArray[
     shifts = (bits * np.arange(k - 1, -1, -1)).astype(words.dtype)
     fields = (words[None] >> shifts[:, None, None]) & ((1 << bits) - 1)  # [k, n, C]
     return fields.reshape(k * packed.shape[0], packed.shape[1]).astype(np.uint8)
+
+
+def _text(value: str) -> NDArray[np.uint8]:
+    return np.frombuffer(value.encode("ascii"), dtype=np.uint8).copy()
+
+
+def state_dict(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 1,
+               compute_dtype: str = "float16") -> dict[str, NDArray]:
+    """The tensors hqq 0.2.8's HQQLinear.state_dict() holds (encoded: scalars as 0-d
+    tensors, strings as uint8 characters) for a weight w [out, in] quantized as
+    BaseQuantizeConfig(nbits=bits, group_size=group, axis=axis) does it (optimize, round_zero
+    for 4 bits only), with no bias: W_q packed, scale and zero in `compute_dtype`."""
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"w: expected a [out, in] weight, got shape {w.shape}")
+    if compute_dtype not in ("float16", "float32"):
+        raise ValueError(f"compute_dtype: expected 'float16' or 'float32', got {compute_dtype!r}")
+    bits = integer(bits, "bits", choices=BITS)
+    codes, scale, zero = quantize(w, bits=bits, group=group, axis=axis, round_zero=bits == 4)
+    layout = LAYOUT_OF_BITS[bits]
+    flags = {"view_as_float": False, "quant_scale": False, "quant_zero": False, "offload_meta": False,
+             "encoded_state_dict": True, "stores_quant_config": True, "channel_wise": True, "optimize": True,
+             "round_zero": bits == 4}
+    view = "torch.int32" if layout is Layout.I32_3 else "torch.uint8"
+    return {"W_q": pack(codes, layout=layout), "scale": scale.astype(compute_dtype),
+            "zero": zero.astype(compute_dtype), "shape": np.array(w.shape, np.int64),
+            "nbits": np.array(bits, np.int32), "group_size": np.array(group, np.int32),
+            "axis": np.array(axis, np.int32), "packing": _text(layout.value), "unpack_view_dtype": _text(view),
+            "compute_dtype": _text(f"torch.{compute_dtype}"),
+            **{k: np.array(int(v), np.uint8) for k, v in flags.items()}}
+
+
+def load_state_dict(tensors: dict[str, NDArray]) -> NDArray[np.float32]:
+    """An HQQLinear state dict -> the float32 weight [out, in] it stores: unpack W_q by
+    its `packing`, cut 3-bit padding rows to the grouped shape, (codes - zero) * scale."""
+    layout = Layout(bytes(np.asarray(tensors["packing"], np.uint8)).decode("ascii"))
+    shape = tuple(int(n) for n in np.asarray(tensors["shape"]))
+    group, axis = int(tensors["group_size"]), int(tensors["axis"])
+    rows = group if axis == 0 else int(np.prod(shape)) // group
+    codes = unpack(np.asarray(tensors["W_q"]), layout=layout)[:rows]
+    scale, zero = (np.asarray(tensors[k]).astype(np.float32) for k in ("scale", "zero"))
+    return dequantize(codes, scale, zero).reshape(shape)
