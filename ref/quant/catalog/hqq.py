@@ -64,7 +64,8 @@ FLAGS = {
     "HqqPad3": Flag("3bit_32 rows not padded to a multiple of 10 (rejected or cut), or the padding read back as "
                     "codes in another order", "3-bit checkpoints of rows not divisible by 10 misload"),
     "HqqWeightShape": Flag("only 2-d float32 weights accepted, or a 1-d / 3-d / float16 / float64 weight "
-                           "grouped another way", "vectors, stacks and half-precision weights are refused or regrouped"),
+                           "grouped another way",
+                           "vectors, stacks and half-precision weights are refused or regrouped"),
 }
 
 BITS = Variant("bits", hqq.BITS, 4, "code width: 8, 6, 5 stored as 8bit_u8; 4, 3, 2, 1 packed (hqq "
@@ -362,7 +363,8 @@ def _dequantize_examples(supported):
 
 OPERATIONS = [
     AREA.exact("hqq.quantize", hqq.quantize, anchor="hqq", summary="w -> (codes, scale = 1/s, zero): min-max then "
-               "the half-quadratic zero-point solver", variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
+               "the half-quadratic zero-point solver",
+               variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
                vectors=quantize_vectors, examples=_quantize_examples, compare=compare_quantized,
                outputs=("codes", "scale", "zero")),
     AREA.exact("hqq.dequantize", hqq.dequantize, anchor="hqq-layout", summary="float32 (codes - zero) * scale",
