@@ -255,7 +255,11 @@ def dequantize_vectors() -> list[VectorSpec]:
          VectorSpec("float64 scales are rejected", (INVALID_INPUT,),
                     Case({"codes": codes, "scale": col.astype(np.float64), "zero": zcol}), "invalid"),
          VectorSpec("a scale of the wrong shape is rejected", (INVALID_INPUT,),
-                    Case({"codes": codes, "scale": row[:8], "zero": zrow[:8]}), "invalid")]
+                    Case({"codes": codes, "scale": row[:8], "zero": zrow[:8]}), "invalid"),
+         VectorSpec("1-d codes are rejected", (INVALID_INPUT, "HqqWeightShape"),
+                    Case({"codes": codes[0], "scale": col[0], "zero": zcol[0]}), "invalid"),
+         VectorSpec("int32 codes are rejected", (INVALID_INPUT,),
+                    Case({"codes": codes.astype(np.int32), "scale": col, "zero": zcol}), "invalid")]
     return v
 
 
@@ -289,6 +293,8 @@ def pack_vectors() -> list[VectorSpec]:
                                   Case({"codes": np.zeros((k + 1, 2), np.uint8)}, {"layout": layout}), "invalid"))
     out.append(VectorSpec("int32 codes are rejected", (INVALID_INPUT,),
                           Case({"codes": np.zeros((4, 2), np.int32)}, {"layout": "4bit_u8"}), "invalid"))
+    out.append(VectorSpec("1-d codes are rejected (hqq packs [rows, columns])", (INVALID_INPUT, "HqqWeightShape"),
+                          Case({"codes": np.zeros(8, np.uint8)}, {"layout": "4bit_u8"}), "invalid"))
     return out
 
 
@@ -303,6 +309,8 @@ def unpack_vectors() -> list[VectorSpec]:
                           Case({"packed": np.array([[-1, -2 ** 31, 2 ** 30]], np.int32)}, {"layout": "3bit_32"})))
     out.append(VectorSpec("4bit_u8 words given as int32 are rejected", (INVALID_INPUT,),
                           Case({"packed": np.zeros((2, 2), np.int32)}, {"layout": "4bit_u8"}), "invalid"))
+    out.append(VectorSpec("1-d words are rejected", (INVALID_INPUT, "HqqWeightShape"),
+                          Case({"packed": np.zeros(4, np.int32)}, {"layout": "3bit_32"}), "invalid"))
     return out
 
 
