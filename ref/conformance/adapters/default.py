@@ -28,7 +28,9 @@ covers every op of the catalog, with code that is not the oracle:
   Gumbel-max draws) for the statistical `specdec.rejection_sample_rng`;
 - `numpy_spec_trees`: token trees (masks, positions, SGLang's links), greedy tree
   verification, multi-draft and target-only tree sampling, Medusa's typical acceptance;
-- `numpy_lattice`: the E8 and D8 nearest points, row by row in exact fractions.
+- `numpy_lattice`: the E8 and D8 nearest points, row by row in exact fractions;
+- `numpy_hqq`: HQQ's zero-point solver in float32 with groups as rows, and hqq's bit
+  packings by field loops.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -43,6 +45,7 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_blocks,
     numpy_groups,
+    numpy_hqq,
     numpy_lattice,
     numpy_paged,
     numpy_paged_attention,
@@ -58,7 +61,7 @@ from ref.conformance.adapters import (
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
-         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice)
+         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
