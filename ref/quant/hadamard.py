@@ -185,10 +185,13 @@ def hadamard_matrix(n: int, *, source: str | Source = Source.QUAROT) -> NDArray[
 
 def emulate_transform(precision: str, x: ArrayLike, signs: ArrayLike | None = None, *,
                       source: str | Source = Source.QUAROT, inverse: bool = False) -> NDArray[np.float64]:
-    """`hadamard_transform` at `precision` (as fast-hadamard-transform runs it): x
-    rounded to P, the sign flips exact, every butterfly stage and the H_K product
-    (in order over K) kept in float32, the float32 scale 1/sqrt(n) applied last, the
-    output rounded to P. Returned as float64; at float64, the oracle itself."""
+    """`hadamard_transform` at `precision`, the worse (largest error) of two float32
+    evaluations a kernel makes: fast-hadamard-transform's (the butterfly stages, then
+    the H_K product in order over K, each step kept in float32) and a dense product
+    (x @ H_n^T accumulated in float32 in order over n, as QuaRot's offline rotations
+    and a matmul kernel do). Both: x rounded to P, the sign flips exact, the float32
+    scale 1/sqrt(n) last, the output rounded to P. Returned as float64; at float64,
+    the oracle itself."""
     exact = hadamard_transform(x, signs, source=source, inverse=inverse)  # checks every argument
     if precision not in ("bfloat16", "float16", "float32", "float64"):
         raise ValueError(f"precision: expected bfloat16, float16, float32 or float64, got {precision!r}")
@@ -197,20 +200,42 @@ def emulate_transform(precision: str, x: ArrayLike, signs: ArrayLike | None = No
     source = member(source, Source, "source")
     x = round_to(_check_x(x), precision)
     n = x.shape[-1]
+    s = _check_signs(signs, n).astype(np.float32)
+    z = (x if inverse else x * s).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tries = [_butterfly32(z, source, inverse), _dense32(z, source, inverse)]
+        tries = [round_to((t * np.float32(1 / math.sqrt(n)) * (s if inverse else 1)).astype(np.float32), precision)
+                 for t in tries]
+        errors = [np.max(np.abs(t - exact), initial=0.0, where=np.isfinite(exact)) for t in tries]
+    return tries[int(np.argmax(errors))]
+
+
+def _butterfly32(z: NDArray[np.float32], source: Source, inverse: bool) -> NDArray[np.float32]:
+    """H_n z (unnormalized) as fast-hadamard-transform computes it, in float32."""
+    n = z.shape[-1]
     k, p = decompose(n, source=source)
-    s = _check_signs(signs, n)
     hk = small_hadamard(k, source=source).astype(np.float32)
-    z = (x if inverse else x * s).astype(np.float32).reshape(*x.shape[:-1], k, p)
+    z = z.reshape(*z.shape[:-1], k, p)  # [..., K, 2^m]
     h = 1
-    while h < p:  # the butterfly, each stage stored at float32
+    while h < p:  # each stage stored at float32
         pairs = z.reshape(*z.shape[:-1], p // (2 * h), 2, h)
         z = np.stack([pairs[..., 0, :] + pairs[..., 1, :], pairs[..., 0, :] - pairs[..., 1, :]],
                      axis=-2).reshape(z.shape)
         h *= 2
     mat = hk.T if inverse else hk
     acc = np.zeros_like(z)
-    for j in range(k):  # float32 accumulation in order over the small factor's columns
+    for j in range(k):  # in order over the small factor's columns
         acc = (acc + mat[:, j, None] * z[..., j, None, :]).astype(np.float32)
-    y = (acc.reshape(x.shape) * np.float32(1 / math.sqrt(n))).astype(np.float32)
-    y = y * s.astype(np.float32) if inverse else y
-    return round_to(y.astype(np.float64), precision)
+    return acc.reshape(*z.shape[:-2], n)
+
+
+def _dense32(z: NDArray[np.float32], source: Source, inverse: bool) -> NDArray[np.float32]:
+    """H_n z (unnormalized) as a dense product accumulated in float32 in order over n."""
+    n = z.shape[-1]
+    k, p = decompose(n, source=source)
+    dense = np.kron(small_hadamard(k, source=source).astype(np.float32), fwht(np.eye(p)).astype(np.float32))
+    mat = dense.T if inverse else dense  # [n, n]
+    acc = np.zeros(z.shape, np.float32)
+    for j in range(n):
+        acc += mat[:, j] * z[..., j, None]
+    return acc
