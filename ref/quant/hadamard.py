@@ -179,12 +179,35 @@ def hadamard_matrix(n: int, *, source: str | Source = Source.QUAROT) -> NDArray[
     """The dense orthogonal H_n / sqrt(n) = (H_K (x) H_{2^m}) / sqrt(n) [n, n]: the
     transform is x -> H_n x (rows: X @ H_n^T)."""
     k, p = decompose(n, source=source)
-    sylvester_p = fwht(np.eye(p))  # H_{2^m}: symmetric
-    return np.kron(small_hadamard(k, source=source).astype(np.float64), sylvester_p) / math.sqrt(n)
+    return np.kron(small_hadamard(k, source=source).astype(np.float64), _sylvester(p)) / math.sqrt(n)
 
 
 def emulate_transform(precision: str, x: ArrayLike, signs: ArrayLike | None = None, *,
                       source: str | Source = Source.QUAROT, inverse: bool = False) -> NDArray[np.float64]:
+    """`hadamard_transform` at `precision`: see `_emulate` (remembered by the inputs' bytes:
+    a judge asks for the same vector's emulation once per check)."""
+    x_arr, s_arr = np.asarray(x), None if signs is None else np.asarray(signs)
+    key = (precision, x_arr.dtype.str, x_arr.shape, x_arr.tobytes(), None if s_arr is None else
+           (s_arr.dtype.str, s_arr.shape, s_arr.tobytes()), str(getattr(source, "value", source)), inverse)
+    try:
+        return _remembered(key, x_arr, s_arr, source, inverse).copy()
+    except TypeError:  # unhashable options: let the oracle's checks name them
+        return _emulate(precision, x_arr, s_arr, source=source, inverse=inverse)
+
+
+_MEMO: dict = {}
+
+
+def _remembered(key, x, signs, source, inverse) -> NDArray[np.float64]:
+    if key not in _MEMO:
+        if len(_MEMO) >= 128:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = _emulate(key[0], x, signs, source=source, inverse=inverse)
+    return _MEMO[key]
+
+
+def _emulate(precision: str, x: ArrayLike, signs: ArrayLike | None = None, *,
+             source: str | Source = Source.QUAROT, inverse: bool = False) -> NDArray[np.float64]:
     """`hadamard_transform` at `precision`, the worse (largest error) of two float32
     evaluations a kernel makes: fast-hadamard-transform's (the butterfly stages, then
     the H_K product in order over K, each step kept in float32) and a dense product
@@ -233,9 +256,18 @@ def _dense32(z: NDArray[np.float32], source: Source, inverse: bool) -> NDArray[n
     """H_n z (unnormalized) as a dense product accumulated in float32 in order over n."""
     n = z.shape[-1]
     k, p = decompose(n, source=source)
-    dense = np.kron(small_hadamard(k, source=source).astype(np.float32), fwht(np.eye(p)).astype(np.float32))
-    mat = dense.T if inverse else dense  # [n, n]
-    acc = np.zeros(z.shape, np.float32)
+    dense = np.kron(small_hadamard(k, source=source).astype(np.float32), _sylvester(p).astype(np.float32))
+    columns = np.ascontiguousarray(dense if inverse else dense.T)  # row j: column j of the matrix applied
+    flat = z.reshape(-1, n)  # [rows, n]
+    acc = np.zeros(flat.shape, np.float32)
     for j in range(n):
-        acc += mat[:, j] * z[..., j, None]
-    return acc
+        acc += columns[j] * flat[:, j, None]
+    return acc.reshape(z.shape)
+
+
+def _sylvester(p: int) -> NDArray[np.float64]:
+    """H_p (p a power of two) by doubling: [[H, H], [H, -H]]."""
+    h = np.ones((1, 1))
+    while h.shape[0] < p:
+        h = np.block([[h, h], [h, -h]])
+    return h

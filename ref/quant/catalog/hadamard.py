@@ -87,8 +87,8 @@ def _vectors() -> list[VectorSpec]:
         np.ones(12, np.int8))
     add("quarot: n = 40 * 8 = 320 (40 chosen over 20 * 16, as get_hadK does)", ("SmallMatrix", "KroneckerOrder"),
         _values(rng, (2, 320)), _signs(rng, 320))
-    add("quarot: n = 172 * 32 = 5504 (Llama-2-7B's intermediate size)", ("KroneckerOrder", "SmallFactorSide"),
-        _values(rng, (1, 5504)), _signs(rng, 5504))
+    add("quarot: n = 172 * 4 (Llama-2-7B's intermediate 11008 is 172 * 64)", ("KroneckerOrder", "SmallFactorSide"),
+        _values(rng, (1, 688)), _signs(rng, 688))
     for source in ("quarot", "fast_hadamard_transform"):
         add(f"{source}: the inverse at n = 20 * 4 (H^T, signs after)", ("SmallFactorSide", "SignsOrder"),
             _values(rng, (2, 80)), _signs(rng, 80), source=source, inverse=True)
