@@ -200,8 +200,9 @@ def test_bug_is_rejected_by_random_examples(name):
 def _vectors_skipped():
     from ref.conformance.runner import parse_entries
     from ref.testing.vector_files import load_manifest
-    count = load_manifest()["ops"][corpus.OP]["vectors"]
-    return parse_entries("\n".join(f"{corpus.OP}/{i} examples only" for i in range(1, count + 1)))
+    ops = load_manifest()["ops"]
+    return parse_entries("\n".join(f"{op}/{i} examples only" for op in (corpus.OP, corpus.SMALL)
+                                    for i in range(1, ops[op]["vectors"] + 1)))
 
 
 @pytest.mark.deep  # three kernels through every vector and 25 examples: about 5 s

@@ -18,7 +18,7 @@ from corpus import patched
 from ref.conformance.adapters import numpy_hadamard as D
 from ref.conformance.implementation import Implementation
 
-OP = "quant.hadamard_transform"
+OP, SMALL = "quant.hadamard_transform", "quant.small_hadamard"
 
 
 def butterfly(x, signs, *, source="quarot", inverse=False, stride=None, scale=None, small=None, out=np.float32,
@@ -82,7 +82,29 @@ def _unnormalized(original):
     return matrix
 
 
+def _wikipedia_paley1(original):
+    """I + [[0, 1^T], [-1, Q]]: Wikipedia's border, D H D of Sloane's (both Hadamard)."""
+    def paley1(q):
+        h = original(q)
+        h[0, 1:], h[1:, 0] = -h[0, 1:], -h[1:, 0]
+        return h
+    return paley1
+
+
+def _small_interleaved(source="quarot", k=12):
+    """Paley II with each conference-matrix entry a 2x2 block, where Sloane's blocks are meant."""
+    if source != "fast_hadamard_transform" and k in (28, 36):
+        c = D._conference(k // 2 - 1)
+        out = np.kron(c, [[1, 1], [1, -1]]) + np.kron(np.eye(k // 2, dtype=np.int64), [[1, -1], [-1, -1]])
+        return out
+    return D._small(source, k)
+
+
 HADAMARD_BUGS = {
+    "Paley I with Wikipedia's border (D H D of the shipped matrix)": (
+        SMALL, "SmallMatrix", patched(D.small_hadamard, D, "_paley1", _wikipedia_paley1)),
+    "Paley II interleaved where QuaRot's 28 and 36 are in blocks": (
+        SMALL, "SmallMatrix", patched(D.small_hadamard, D, "_small", lambda original: _small_interleaved)),
     "not normalized (no 1/sqrt(n))": (OP, "Unnormalized", _kernel(scale=lambda n, k: 1.0)),
     "dense kernel not normalized": (OP, "Unnormalized", patched(D.hadamard_transform, D, "_matrix", _unnormalized)),
     "normalized by 1/n": (OP, "Unnormalized", _kernel(scale=lambda n, k: 1.0 / n)),
@@ -104,9 +126,11 @@ def bug(name: str) -> Implementation:
 
 CORRECT = {
     "float32 butterfly (fast-hadamard-transform's order)": Implementation(
-        "float32 butterfly", {OP: _kernel()}, variants=dict(D.VARIANTS)),
+        "float32 butterfly", {OP: _kernel()}, variants={OP: D.VARIANTS[OP]}),
     "bfloat16 output from a float32 butterfly": Implementation(
-        "bfloat16 butterfly", {OP: _kernel(out=ml_dtypes.bfloat16)}, variants=dict(D.VARIANTS)),
+        "bfloat16 butterfly", {OP: _kernel(out=ml_dtypes.bfloat16)}, variants={OP: D.VARIANTS[OP]}),
     "float16 output from a float32 butterfly": Implementation(
-        "float16 butterfly", {OP: _kernel(out=np.float16)}, variants=dict(D.VARIANTS)),
+        "float16 butterfly", {OP: _kernel(out=np.float16)}, variants={OP: D.VARIANTS[OP]}),
+    "small matrices from the dense kernel's own constructions": Implementation(
+        "numpy small matrices", {SMALL: D.small_hadamard}, variants={SMALL: D.VARIANTS[SMALL]}),
 }

@@ -111,6 +111,16 @@ def hadamard_transform(x, signs, *, source="quarot", inverse=False):
         return (x32 * s) @ h.T
 
 
-OPS = {"quant.hadamard_transform": hadamard_transform}
-VARIANTS = {"quant.hadamard_transform": {"source": ["quarot", "spinquant", "fast_hadamard_transform"],
-                                         "inverse": [False, True]}}
+def small_hadamard(k, *, source="quarot"):
+    if not isinstance(k, (int, np.integer)) and not (isinstance(k, np.ndarray) and k.dtype.kind in "iu"):
+        raise TypeError(f"k: expected an integer, got {type(k).__name__}")
+    k = int(k)
+    if k != 1 and k not in _ORDERS[source]:
+        raise ValueError(f"k: {k} is not one of {source}'s orders")
+    return np.ones((1, 1), np.int8) if k == 1 else _small(source, k).astype(np.int8)
+
+
+_SOURCES = ["quarot", "spinquant", "fast_hadamard_transform"]
+OPS = {"quant.hadamard_transform": hadamard_transform, "quant.small_hadamard": small_hadamard}
+VARIANTS = {"quant.hadamard_transform": {"source": _SOURCES, "inverse": [False, True]},
+            "quant.small_hadamard": {"source": _SOURCES}}

@@ -1,8 +1,9 @@
 """quant.hadamard_transform: the randomized Hadamard transform of QuaRot and SpinQuant
 (spec/quant.md#hadamard), for n = 2^m and n = K * 2^m with the small matrices each
-library ships.
+library ships; quant.small_hadamard: those matrices (spec/quant.md#hadamard-matrices).
 
-  x [..., n], signs [n] (+-1) -> y = H_n (signs * x) / sqrt(n)   [..., n]
+  quant.hadamard_transform  x [..., n], signs [n] (+-1) -> y = H_n (signs * x) / sqrt(n)   [..., n]
+  quant.small_hadamard      k (0-d integer) -> H_K [k, k] int8 (exact)
 
 Bounded: a kernel at precision P is judged against the float64 oracle by the error
 of `ref.quant.hadamard.emulate_transform` (the butterfly in float32, or a dense
@@ -18,6 +19,7 @@ from ref.quant import hadamard
 from ref.quant.catalog.common import AREA
 from ref.testing.bounded import Bound
 from ref.testing.catalog_types import Flag, Variant, seed_for
+from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "HADAMARD_BOUND", "OPERATIONS"]
@@ -145,7 +147,37 @@ def _case_flags(case) -> tuple[str, ...]:
                                               ("ButterflyStride",))
 
 
+def _small_vectors() -> list[VectorSpec]:
+    specs = []
+    for source in hadamard.Source:
+        for k in (1,) + hadamard.SMALL_ORDERS[source]:
+            if source is hadamard.Source.SPINQUANT and k != 44:
+                continue  # SpinQuant's other matrices are QuaRot's bytes (tested)
+            specs.append(VectorSpec(f"{source.value}: H_{k}", ("SmallMatrix",),
+                                    Case({"k": np.int64(k)}, {"source": source.value})))
+    for k, source in ((44, "quarot"), (36, "fast_hadamard_transform"), (24, "quarot"), (0, "quarot")):
+        specs.append(VectorSpec(f"{source}: k = {k} is not one of its orders: rejected", ("InvalidInput",),
+                                Case({"k": np.int64(k)}, {"source": source}), "invalid"))
+    specs.append(VectorSpec("a float k is rejected", ("InvalidInput",), Case({"k": np.float64(12)},
+                                                                              {"source": "quarot"}), "invalid"))
+    return specs
+
+
+def _small_examples(supported):
+    @st.composite
+    def case(draw):
+        source = draw(st.sampled_from(list(supported["source"])), label="source")
+        k = draw(st.sampled_from((1,) + hadamard.SMALL_ORDERS[hadamard.Source(source)]), label="k")
+        return Case({"k": np.int64(k)}, {"source": source})
+
+    return case()
+
+
 OPERATIONS = [
+    AREA.exact("small_hadamard", hadamard.small_hadamard, anchor="hadamard-matrices",
+               summary="the small Hadamard matrix H_K a library ships: k -> [k, k] int8 of +-1",
+               variants=(SOURCE,), vectors=_small_vectors, examples=_small_examples, compare=compare_exact,
+               case_flags=lambda case: ("SmallMatrix",)),
     AREA.bounded("hadamard_transform", hadamard.hadamard_transform, anchor="hadamard",
                  summary="randomized Hadamard transform, n = K * 2^m: x [..., n], signs [n] -> H_n (s * x) / sqrt(n)",
                  variants=(SOURCE, INVERSE), vectors=_vectors, examples=_examples,
