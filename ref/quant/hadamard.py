@@ -10,8 +10,8 @@ natural order (H_1 = [1], H_2m = [[H, H], [H, -H]]), applied by the O(n log n)
 butterfly; H_K is one of the small matrices the field ships, K the largest order
 in the source's list with n / K a power of two (QuaRot's `get_hadK` tries 172, 156,
 140, 108, 60, 52, 36, 28, 40, 20, 12 in turn, which is the same rule), K = 1 when n
-is a power of two. The transform is orthogonal and, since every ship's H_K but a few
-is not symmetric, its inverse is the transpose (`inverse=True`).
+is a power of two. The transform is orthogonal; most shipped H_K are not symmetric
+(QuaRot's 28 and 36 are), so its inverse is the transpose, not itself (`inverse=True`).
 
 Sources of H_K (`Source`), each built here by a construction or, where none of
 ours gives the field's matrix bit for bit, from Williamson rows shipped as data:
