@@ -1,9 +1,9 @@
 """The quant area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.quant.catalog import hadamard
+from ref.quant.catalog import hadamard, lattice
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = (hadamard,)
+MODULES = (lattice, hadamard)
 
 OPERATIONS, FLAGS = gather("quant", MODULES, COMMON)
