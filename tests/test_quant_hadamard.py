@@ -19,9 +19,11 @@ from ref.quant import hadamard, rotation
 from ref.quant.hadamard import Source, decompose, emulate_transform, fwht, hadamard_matrix, hadamard_transform
 from ref.quant.hadamard_constructions import (
     field_elements,
+    goethals_seidel,
     is_hadamard,
     jacobsthal,
     paley1,
+    paley1_normalized,
     paley2,
     prime_power,
     quadratic_character,
@@ -40,6 +42,27 @@ UPSTREAM_SHA256 = {
     ("quarot", 156): "d8a01bc66af9184d", ("quarot", 172): "690f0f133fd9b3a0",
     ("fast_hadamard_transform", 12): "a8b73b2d138b0c90", ("fast_hadamard_transform", 20): "40a113036aca9c3e",
     ("fast_hadamard_transform", 28): "3916d8a7682dc517", ("fast_hadamard_transform", 40): "8cd17c4fce4c2af2",
+}
+
+# The same for compressed-tensors 0.19.0's compressed_tensors/transform/utils/hadamards.safetensors, by order.
+COMPRESSED_TENSORS_SHA256 = {
+    1: "a318c24216defe20", 2: "e66af6e993312d11", 4: "f7849de523627173", 8: "40ac3c560cebb7fe",
+    12: "78bb693d59202c7a", 16: "b765e3fb7249655e", 20: "1ad3b05375ae3455", 24: "9c527ef30573f6c4",
+    28: "85eb455f3cf7819c", 32: "048665ca3e392483", 36: "31d5cec22deb8879", 40: "8cd17c4fce4c2af2",
+    44: "741b03b5500dcc16", 48: "a5a355af3cad6eb1", 52: "d29c4ee2fe7d69ed", 56: "1f303577d0c659be",
+    60: "f5d7048432fd3a51", 64: "12442bd6efdc6a33", 68: "8b419c2252be65d9", 72: "e626842a6c64b9eb",
+    76: "409261ba66e41abd", 80: "224af5bd9a1d553c", 84: "93fbab731ae2ddda", 88: "9e544a018eee2ae8",
+    92: "ad08f64b1be84473", 96: "e5ff6e9c4f906904", 100: "aa79b6a21a72d040", 104: "537ec0ea77a2db64",
+    108: "96827ff505b4d4be", 112: "56e36c3f4a060ceb", 116: "962af3135c8ba434", 120: "00c3b11ff5fd1baf",
+    124: "58b3819998962193", 128: "f1f512d863c80706", 132: "71f977fedaad58c3", 136: "12080463b9450f85",
+    140: "8559fcbfa2a1bc35", 144: "f47840d9da659a83", 148: "982622fbd71a52c0", 152: "eeec7c6ff5ddd6d6",
+    156: "d8a01bc66af9184d", 160: "04e58dd543553a51", 164: "b3ba9553e8673110", 168: "c37b8a83d1a1c766",
+    172: "690f0f133fd9b3a0", 176: "601b7b4b8896320a", 180: "4a8ff6d09c13c5ad", 184: "a7928209ff340697",
+    188: "a364e8b80b359aee", 192: "f8680b1269da0511", 196: "6ee74b7fcb9ca47d", 200: "f83bb0f620057473",
+    204: "7f5e7f95038d463f", 208: "16cb7cfa5ce4dc7f", 212: "27a3f0638e336144", 216: "72a6b9cb57b62e90",
+    220: "1dd7893cc8fa5b2f", 224: "d9c882ae0ae91986", 228: "01ee7fdfcb25c007", 232: "4992b0c6a3af45dc",
+    236: "cf062c3d1cebdd72", 240: "6007ade93bf0aa91", 244: "f61ee67a8d5060ae", 248: "35fa0e9d9273fc2c",
+    252: "ee468d15347f09cb", 256: "0e96db16be740570",
 }
 
 
@@ -79,6 +102,16 @@ def test_paley1_orientation_is_sloanes():
     assert is_hadamard(d @ h @ d) and not np.array_equal(d @ h @ d, h)
 
 
+def test_normalized_paley1_and_goethals_seidel():
+    for q in (7, 11, 19, 27, 211):
+        h = paley1_normalized(q)
+        assert is_hadamard(h) and (h[0] == 1).all() and (h[:, 0] == 1).all()
+    assert is_hadamard(goethals_seidel([1], [1], [1], [1]))
+    assert is_hadamard(williamson([1], [1], [1], [1], layout="second"))
+    with pytest.raises(ValueError, match="layout"):
+        williamson([1], [1], [1], [1], layout="third")
+
+
 def test_williamson_and_sylvester():
     assert is_hadamard(sylvester(paley1(19))) and sylvester([[1]]).tolist() == [[1, 1], [1, -1]]
     assert is_hadamard(williamson([1], [1], [1], [1]))  # order 4
@@ -104,6 +137,22 @@ def test_small_matrix_is_the_one_the_field_ships(source, k):
     h = hadamard.small_hadamard(k, source=source)
     assert is_hadamard(h) and h.dtype == np.int8
     assert _sha(h) == UPSTREAM_SHA256[source, k]
+
+
+@pytest.mark.parametrize("k", sorted(COMPRESSED_TENSORS_SHA256))
+def test_compressed_tensors_matrix_is_the_one_it_ships(k):
+    h = hadamard.small_hadamard(k, source="compressed_tensors")
+    assert _sha(h) == COMPRESSED_TENSORS_SHA256[k] and (k == 1 or is_hadamard(h))
+
+
+def test_compressed_tensors_picks_its_largest_order():
+    """Where it differs from QuaRot: Llama-3's 14336, 12 * 2^10, 5120, and 32 (not Sylvester)."""
+    ct = "compressed_tensors"
+    assert decompose(14336, source=ct) == (224, 64) and decompose(14336) == (28, 512)
+    assert decompose(12288, source=ct) == (192, 64) and decompose(5120, source=ct) == (160, 32)
+    assert decompose(11008, source=ct) == (172, 64) and decompose(4096, source=ct) == (256, 16)
+    assert np.array_equal(hadamard_matrix(1024, source=ct), hadamard_matrix(1024))  # 256.syl (x) H_4 = H_1024
+    assert not np.array_equal(hadamard.small_hadamard(32, source=ct), fwht(np.eye(32)))
 
 
 def test_spinquant_ships_quarots_bytes_and_paley1_of_43():
@@ -135,6 +184,8 @@ def test_fwht_is_sylvesters_matrix():
 
 @pytest.mark.parametrize("n,source", [(1, "quarot"), (64, "quarot"), (24, "quarot"), (80, "quarot"), (344, "quarot"),
                                       (312, "quarot"), (88, "spinquant"), (48, "fast_hadamard_transform"),
+                                      (32, "compressed_tensors"), (376, "compressed_tensors"),
+                                      (464, "compressed_tensors"), (40, "compressed_tensors"),
                                       (56, "fast_hadamard_transform")])
 def test_transform_equals_the_dense_kronecker_matrix_and_is_orthogonal(n, source):
     rng = np.random.default_rng(n)

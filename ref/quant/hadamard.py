@@ -27,6 +27,9 @@ ours gives the field's matrix bit for bit, from Williamson rows shipped as data:
     12                     paley2(5, interleaved=True)   (not QuaRot's 12)
     20, 28                 williamson(...) of its had_20_will, had_28_will (not QuaRot's)
     40                     sylvester(paley1(19))          (QuaRot's 40)
+  compressed_tensors (compressed-tensors 0.19.0 `hadamards.safetensors`, its random-hadamard
+    transforms): every multiple of 4 up to 256 and 2, `ref.quant.hadamard_library`; the
+    largest order wins, so 14336 -> 224 (QuaRot: 28), 32 -> paley1(31) (not Sylvester)
 
 Reference: Ashkboos et al., QuaRot, arXiv:2404.00456; Liu et al., SpinQuant,
 arXiv:2405.16406; Chee et al., QuIP, arXiv:2307.13304 (random signs, "incoherence").
@@ -43,6 +46,7 @@ from numpy.typing import ArrayLike, NDArray
 from ref.arguments import boolean, integer, member
 from ref.formats.minifloat import round_to
 from ref.quant.hadamard_constructions import paley1, paley2, sylvester, williamson
+from ref.quant.hadamard_library import COMPRESSED_TENSORS_ORDERS, SLOANE_WILLIAMSON, compressed_tensors_hadamard
 
 __all__ = ["SMALL_ORDERS", "Source", "decompose", "emulate_transform", "fwht", "hadamard_matrix",
            "hadamard_transform", "small_hadamard"]
@@ -54,29 +58,22 @@ class Source(enum.Enum):
     QUAROT = "quarot"
     SPINQUANT = "spinquant"
     FAST_HADAMARD_TRANSFORM = "fast_hadamard_transform"
+    COMPRESSED_TENSORS = "compressed_tensors"
 
 
 SMALL_ORDERS = {Source.QUAROT: (12, 20, 28, 36, 40, 52, 60, 108, 140, 156, 172),
                 Source.SPINQUANT: (12, 20, 28, 36, 40, 44, 52, 60, 108, 140, 156, 172),
-                Source.FAST_HADAMARD_TRANSFORM: (12, 20, 28, 40)}
+                Source.FAST_HADAMARD_TRANSFORM: (12, 20, 28, 40),
+                Source.COMPRESSED_TENSORS: COMPRESSED_TENSORS_ORDERS[1:]}
 
-# First rows of the four symmetric circulants A, B, C, D of Williamson's array
-# [[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]], read off the
-# matrices the field ships (every 4 x 4 block of each is circulant): QuaRot's
-# get_had52/156/172 (Sloane's library: had.52.will, had.156.will, had.172.will; SpinQuant
-# ships the same bytes) and fast-hadamard-transform's had_20_will and had_28_will.
+# First rows of Williamson's A, B, C, D for the matrices no Paley construction gives:
+# Sloane's had.52/156/172.will as QuaRot ships them (ref.quant.hadamard_library) and
+# fast-hadamard-transform's had_20_will and had_28_will (read off csrc/code_gen.py).
 WILLIAMSON_ROWS = {
-    (Source.QUAROT, 52): ("+-+--++++--+-", "+---++++++---", "++-+--++--+-+", "+----+--+----"),
-    (Source.QUAROT, 156): ("+++--+-+-----+--++----++--+-----+-+--++", "++++---+--++----+-+--+-+----++--+---+++",
-                           "+++--++-+---+-+--+----+--+-+---+-++--++", "+---++-+-+-----+++-++-+++-----+-+-++---"),
-    (Source.QUAROT, 172): ("+---++--++++-+-+++-++--++-+++-+-++++--++---",
-                           "++-++++++----+-+--++-++-++--+-+----++++++-+",
-                           "+++-+-++--+-+-++++-+----+-++++-+-+--++-+-++",
-                           "++---++++-+--+--++--------++--+--+-++++---+"),
+    **{(Source.QUAROT, k): rows for k, rows in SLOANE_WILLIAMSON.items()},
     (Source.FAST_HADAMARD_TRANSFORM, 20): ("+----", "+----", "++--+", "+-++-"),
     (Source.FAST_HADAMARD_TRANSFORM, 28): ("+------", "++----+", "+-+--+-", "+--++--"),
 }
-
 
 _QUAROT = {Source.SPINQUANT: Source.QUAROT}  # SpinQuant copies QuaRot's matrices
 
@@ -93,6 +90,8 @@ def small_hadamard(k: int, *, source: str | Source = Source.QUAROT) -> NDArray[n
         raise ValueError(f"k: expected 1 or one of {SMALL_ORDERS[source]} ({source.value}), got {k}")
     if k == 1:
         h = np.ones((1, 1), np.int64)
+    elif source is Source.COMPRESSED_TENSORS:
+        h = compressed_tensors_hadamard(k)
     elif (_QUAROT.get(source, source), k) in WILLIAMSON_ROWS:
         h = williamson(*(_signs(r) for r in WILLIAMSON_ROWS[_QUAROT.get(source, source), k]))
     elif k == 40:

@@ -13,6 +13,11 @@ come from these constructions, each in a stated orientation:
                         (interleaved=True: C (x) [[1, 1], [1, -1]] + I (x) [[1, -1], [-1, -1]])
   williamson(a, b, c, d)  [[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]]
                         A..D circulant with first rows a..d          order 4m
+                        (layout="second": [[A, B, C, D], [-B, A, D, -C], [-C, -D, A, B], [-D, C, -B, A]])
+  goethals_seidel(a, b, c, d)  [[A, BR, CR, DR], [-BR, A, -D'R, C'R], [-CR, D'R, A, -B'R],
+                        [-DR, -C'R, B'R, A]], R the back identity, ' the transpose    order 4m
+  paley1_normalized(q)  q = 3 mod 4: [[1, 1^T], [1, B]], B[i, j] = chi(x_i + x_j), -1 where
+                        x_i + x_j = 0 (back-circulant for prime q)      order q + 1
 
 Q is the Jacobsthal matrix, Q[i, j] = chi(x_i - x_j) with chi the quadratic
 character of GF(q) (0 at 0, +1 on the nonzero squares, -1 elsewhere) and x_0, x_1,
@@ -28,10 +33,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import boolean, integer
+from ref.arguments import boolean, choice, integer
 
-__all__ = ["field_elements", "is_hadamard", "jacobsthal", "paley1", "paley2", "prime_power", "quadratic_character",
-           "sylvester", "williamson"]
+__all__ = ["field_elements", "goethals_seidel", "is_hadamard", "jacobsthal", "paley1", "paley1_normalized", "paley2",
+           "prime_power", "quadratic_character", "sylvester", "williamson"]
 
 
 def prime_power(q: int) -> tuple[int, int]:
@@ -123,6 +128,21 @@ def paley1(q: int) -> NDArray[np.int64]:
     return np.eye(q + 1, dtype=np.int64) + s
 
 
+def paley1_normalized(q: int) -> NDArray[np.int64]:
+    """Paley I as Sloane's larger files (had.212.pal and up) write it: first row and
+    column all +1, then B[i, j] = chi(x_i + x_j), with -1 where x_i + x_j = 0."""
+    q = integer(q, "q", minimum=3)
+    if q % 4 != 3:
+        raise ValueError(f"q: Paley I needs q = 3 mod 4, got {q}")
+    p, _ = prime_power(q)
+    elems = field_elements(q)
+    index = ((elems[:, None, :] + elems[None, :, :]) % p) @ (p ** np.arange(elems.shape[1]))  # [q, q]: x_i + x_j
+    core = quadratic_character(q)[index]
+    h = np.ones((q + 1, q + 1), np.int64)
+    h[1:, 1:] = np.where(index == 0, -1, core)
+    return h
+
+
 def paley2(q: int, *, interleaved: bool = False) -> NDArray[np.int64]:
     """Paley's second construction, order 2(q + 1) for q = 1 mod 4, from the symmetric
     conference matrix C = [[0, 1^T], [1, Q]]: [[1, 1], [1, -1]] (x) C + [[1, -1], [-1, -1]] (x) I
@@ -152,15 +172,33 @@ def _circulant(row: NDArray[np.int64]) -> NDArray[np.int64]:
     return row[(np.arange(m)[None, :] - np.arange(m)[:, None]) % m]
 
 
-def williamson(a: ArrayLike, b: ArrayLike, c: ArrayLike, d: ArrayLike) -> NDArray[np.int64]:
-    """Williamson's array [[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]]
-    of the circulants with first rows a, b, c, d (+-1 each, one length m): order 4m,
-    Hadamard when A^2 + B^2 + C^2 + D^2 = 4m I (test it with `is_hadamard`)."""
+def _four(a, b, c, d) -> list[NDArray[np.int64]]:
     rows = [np.asarray(v, np.int64) for v in (a, b, c, d)]
     if len({r.shape for r in rows}) != 1 or rows[0].ndim != 1:
         raise ValueError(f"a, b, c, d: expected four rows of one length, got shapes {[r.shape for r in rows]}")
-    A, B, C, D = (_circulant(r) for r in rows)
+    return [_circulant(r) for r in rows]
+
+
+def williamson(a: ArrayLike, b: ArrayLike, c: ArrayLike, d: ArrayLike, *, layout: str = "first") -> NDArray[np.int64]:
+    """Williamson's array [[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]]
+    of the circulants with first rows a, b, c, d (+-1 each, one length m): order 4m,
+    Hadamard when A^2 + B^2 + C^2 + D^2 = 4m I (test it with `is_hadamard`). `layout`
+    "second": [[A, B, C, D], [-B, A, D, -C], [-C, -D, A, B], [-D, C, -B, A]] (the other
+    quaternion order; Sloane's had.208/232/248.twill halves)."""
+    A, B, C, D = _four(a, b, c, d)
+    if choice(layout, "layout", ("first", "second")) == "second":
+        return np.block([[A, B, C, D], [-B, A, D, -C], [-C, -D, A, B], [-D, C, -B, A]])
     return np.block([[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]])
+
+
+def goethals_seidel(a: ArrayLike, b: ArrayLike, c: ArrayLike, d: ArrayLike) -> NDArray[np.int64]:
+    """The Goethals-Seidel array as Sloane's had.188.tur and had.236.od have it:
+    [[A, BR, CR, DR], [-BR, A, -D'R, C'R], [-CR, D'R, A, -B'R], [-DR, -C'R, B'R, A]]
+    with A..D circulant (first rows a..d), R the back identity, ' the transpose."""
+    A, B, C, D = _four(a, b, c, d)
+    R = np.eye(A.shape[0], dtype=np.int64)[::-1]
+    return np.block([[A, B @ R, C @ R, D @ R], [-B @ R, A, -D.T @ R, C.T @ R], [-C @ R, D.T @ R, A, -B.T @ R],
+                     [-D @ R, -C.T @ R, B.T @ R, A]])
 
 
 def is_hadamard(h: ArrayLike) -> bool:

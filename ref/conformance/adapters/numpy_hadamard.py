@@ -26,7 +26,20 @@ _WILLIAMSON = {  # first rows of A, B, C, D (Sloane's had.52/156/172.will; fast-
     ("fast_hadamard_transform", 20): ("+----", "+----", "++--+", "+-++-"),
     ("fast_hadamard_transform", 28): ("+------", "++----+", "+-+--+-", "+--++--"),
 }
-_ORDERS = {"quarot": (172, 156, 140, 108, 60, 52, 40, 36, 28, 20, 12),
+_CT_ROWS = {  # compressed-tensors' arrays: (kind, doublings, first rows of A, B, C, D)
+    92: ("will", 0, ("+++-+++-+------+-+++-++", "+++---++-+-++-+-++---++", "+-++-++--++++++--++-++-", "++---+---+-++-+---+---+")),
+    100: ("will", 0, ("+-++++----++--++----++++-", "+++-+++---+-++-+---+++-++", "+-++-+++-++----++-+++-++-", "+--++-+-+--------+-+-++--")),
+    116: ("will", 0, ("++--+--+-+++-++++-+++-+--+--+", "++++-++-+---++++++---+-++-+++", "+-+---++--+-++++++-+--++---+-", "+++---++--+-+----+-+--++---++")),
+    244: ("will", 0, ("++--+--++--+-+-++++--+-----+------+-----+--++++-+-+--++--+--+", "++--+--++--+-+-++++--+-----+------+-----+--++++-+-+--++--+--+", "+---+-+-++++---++--+-++-+---++++++---+-++-+--++---++++-+-+---", "++++-+-+----+++--++-+--+-+++------+++-+--+-++--+++----+-+-+++")),
+    188: ("gs", 0, ("+-+----+--+----++---++++---+-+----++++++--+---+", "-+-++++-++-++++--+++---+---+-+----++++++--+---+", "+---+--+-+-+++-++-+--++---+---+-----+++-+--+--+", "-+++-++-+-+---+--+-++-----+---+-----+++-+--+--+")),
+    236: ("gs", 0, ("+++++-++++-+--++--++++-+---+-++++-+---+-++---+--++++-++++--", "-++++-++++-+--++--++++-+---+-++-++++-++++--+---++-+---+-++-", "-----+----+-++--++----+-+++-+-+++-+---+-++---+--++++-++++--", "-++++-++++-+--++--++++-+---+-+-+----+----++-+++--+-+++-+--+")),
+    208: ("will2", 2, ("+-+--++++--+-", "-+++------+++", "--+-++--++-+-", "-++++-++-++++")),
+    232: ("will2", 1, ("++--+--+-+++-++++-+++-+--+--+", "----+--+-+++------+++-+--+---", "-+-+++--++-+------+-++--+++-+", "---+++--++-+-++++-+-++--+++--")),
+    248: ("will2", 1, ("+--+++-+--+----++----+--+-+++--", "-++---+-++-++++--++++-++-+---++", "-+++++---+-+-++--++-+-+---+++++", "------+++-+-+--++--+-+-+++-----")),
+}
+_CT_HALL_20 = ("++++++++++++++++++++", "++++++++++----------", "+++++-----+++++-----", "+-----++++-+++++----", "++---+++--+++---++--", "+-+--+++--+--++---++", "+--+-+--+++++-----++", "+---++--+++--++-++--", "--++-++-+-++-+-++---", "--++-+-+-++-+-++-+--", "-+--+++-+-+-+-++--+-", "-+--++-+-+++-+-+---+", "--+-+++--+-+++---++-", "--+-++-++--++-+-+--+", "-+-+-+-++--+-++--++-", "-+-+-++--+--+++-+--+", "---++-+++-+-++---+-+", "---++-++-+++--+-+-+-", "-++---+-++++--+--+-+", "-++----++++-++--+-+-")
+_ORDERS = {"compressed_tensors": tuple(range(256, 3, -4)) + (2,),
+           "quarot": (172, 156, 140, 108, 60, 52, 40, 36, 28, 20, 12),
            "spinquant": (172, 156, 140, 108, 60, 52, 44, 40, 36, 28, 20, 12),
            "fast_hadamard_transform": (40, 28, 20, 12)}
 
@@ -57,7 +70,62 @@ def _conference(q: int) -> np.ndarray:
     return c
 
 
+def _pm(rows) -> np.ndarray:
+    return np.array([[1 if ch == "+" else -1 for ch in r] for r in rows], np.int64)
+
+
+def _double(h: np.ndarray, times: int = 1) -> np.ndarray:
+    for _ in range(times):
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def _circulants(rows) -> list:
+    return [np.stack([np.roll(r, i) for i in range(len(r))]) for r in _pm(rows)]
+
+
+def _compressed_tensors(k: int) -> np.ndarray:
+    """Sloane's library as compressed-tensors' hadamards.safetensors holds it."""
+    if k & (k - 1) == 0 and k != 32:
+        return _double(np.ones((1, 1), np.int64), k.bit_length() - 1)
+    if k == 20:
+        return _pm(_CT_HALL_20)
+    if k == 40:
+        return _double(_paley1(19))
+    if k in _CT_ROWS:
+        kind, times, rows = _CT_ROWS[k]
+        A, B, C, D = _circulants(rows)
+        if kind == "gs":
+            R = np.eye(len(A), dtype=np.int64)[::-1]
+            h = np.block([[A, B @ R, C @ R, D @ R], [-B @ R, A, -D.T @ R, C.T @ R], [-C @ R, D.T @ R, A, -B.T @ R],
+                          [-D @ R, -C.T @ R, B.T @ R, A]])
+        elif kind == "will2":
+            h = np.block([[A, B, C, D], [-B, A, D, -C], [-C, -D, A, B], [-D, C, -B, A]])
+        else:
+            h = np.block([[A, B, C, D], [-B, A, -D, C], [-C, D, A, -B], [-D, -C, B, A]])
+        return _double(h, times)
+    if k in (52, 156, 172):
+        return _small("quarot", k)
+    q = k - 1
+    prime_q = q % 4 == 3 and all(q % d for d in range(2, int(q ** 0.5) + 1))
+    if prime_q and q >= 211:  # Sloane's larger Paley I files: normalized, back-circulant core
+        i = np.arange(q)
+        core = _legendre(q)[(i[:, None] + i[None, :]) % q]
+        h = np.ones((k, k), np.int64)
+        h[1:, 1:] = np.where(core == 0, -1, core)
+        return h
+    if prime_q:
+        return _paley1(q)
+    half = k // 2 - 1  # Paley II of a prime half - 1, or doubled from the file's own k / 2
+    if all(half % d for d in range(2, int(half ** 0.5) + 1)) and half % 4 == 1 and k not in (56, 112):
+        c, i = _conference(half), np.eye(k // 2, dtype=np.int64)
+        return np.block([[c + i, c - i], [c - i, -c - i]])
+    return _double(_compressed_tensors(k // 2))
+
+
 def _small(source: str, k: int) -> np.ndarray:
+    if source == "compressed_tensors":
+        return _compressed_tensors(k)
     key = ("quarot" if source == "spinquant" else source, k)
     if key in _WILLIAMSON:
         rows = [np.array([1 if ch == "+" else -1 for ch in r]) for r in _WILLIAMSON[key]]
@@ -120,7 +188,7 @@ def small_hadamard(k, *, source="quarot"):
     return np.ones((1, 1), np.int8) if k == 1 else _small(source, k).astype(np.int8)
 
 
-_SOURCES = ["quarot", "spinquant", "fast_hadamard_transform"]
+_SOURCES = ["quarot", "spinquant", "fast_hadamard_transform", "compressed_tensors"]
 OPS = {"quant.hadamard_transform": hadamard_transform, "quant.small_hadamard": small_hadamard}
 VARIANTS = {"quant.hadamard_transform": {"source": _SOURCES, "inverse": [False, True]},
             "quant.small_hadamard": {"source": _SOURCES}}

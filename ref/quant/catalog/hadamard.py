@@ -48,8 +48,8 @@ FLAGS = {
 }
 
 SOURCE = Variant("source", hadamard.Source, "quarot",
-                 "whose small matrices H_K: QuaRot's (Sloane's library), SpinQuant's (QuaRot's plus 44) or "
-                 "fast-hadamard-transform's (12, 20, 28, 40)")
+                 "whose small matrices H_K: QuaRot's (Sloane's library), SpinQuant's (QuaRot's plus 44), "
+                 "fast-hadamard-transform's (12, 20, 28, 40) or compressed-tensors' (every multiple of 4 to 256)")
 INVERSE = Variant("inverse", (False, True), False, "the transform (H_n) or its inverse (H_n^T, signs after)")
 
 
@@ -60,6 +60,12 @@ def _values(rng, shape, scale_exp: int = 5) -> np.ndarray:
 
 def _signs(rng, n: int) -> np.ndarray:
     return (rng.integers(0, 2, n) * 2 - 1).astype(np.int8)
+
+
+# compressed-tensors' orders in the vectors: Hall's 20, paley1(31) at a power of two,
+# the Goethals-Seidel 188, the normalized Paley 212 and 224 (Llama-3's 14336 = 224 * 64),
+# a doubled Williamson 232, Sylvester's 256.
+_CT_PICKS = (20, 32, 188, 212, 224, 232, 256)
 
 
 def _vectors() -> list[VectorSpec]:
@@ -78,7 +84,7 @@ def _vectors() -> list[VectorSpec]:
     add("a one-hot row: the output is one column of H_n / sqrt(n)", ("ButterflyStride", "Unnormalized"),
         np.eye(32, dtype=np.float32)[[0, 5, 31]], np.ones(32, np.int8))
     for source in hadamard.Source:
-        for k in hadamard.SMALL_ORDERS[source]:
+        for k in _CT_PICKS if source is hadamard.Source.COMPRESSED_TENSORS else hadamard.SMALL_ORDERS[source]:
             if source is hadamard.Source.SPINQUANT and k != 44:
                 continue  # SpinQuant's other matrices are QuaRot's bytes
             m = 2 if k <= 60 else 1
@@ -89,6 +95,8 @@ def _vectors() -> list[VectorSpec]:
         np.ones(12, np.int8))
     add("quarot: n = 40 * 8 = 320 (40 chosen over 20 * 16, as get_hadK does)", ("SmallMatrix", "KroneckerOrder"),
         _values(rng, (2, 320)), _signs(rng, 320))
+    add("compressed_tensors: n = 160 * 2 = 320 (its largest order: QuaRot's is 40 * 8)", ("SmallMatrix",),
+        _values(rng, (2, 320)), _signs(rng, 320), source="compressed_tensors")
     add("quarot: n = 172 * 4 (Llama-2-7B's intermediate 11008 is 172 * 64)", ("KroneckerOrder", "SmallFactorSide"),
         _values(rng, (1, 688)), _signs(rng, 688))
     for source in ("quarot", "fast_hadamard_transform"):
@@ -123,7 +131,7 @@ def _vectors() -> list[VectorSpec]:
 
 
 _SIZES = {s.value: sorted({k * 2 ** m for k in (1,) + hadamard.SMALL_ORDERS[s] for m in range(4) if k * 2 ** m <= 400})
-          for s in hadamard.Source}
+          for s in hadamard.Source}  # n up to 400 (compressed_tensors: every multiple of 4, and 8 * 52, ...)
 
 
 def _examples(supported):
@@ -150,7 +158,8 @@ def _case_flags(case) -> tuple[str, ...]:
 def _small_vectors() -> list[VectorSpec]:
     specs = []
     for source in hadamard.Source:
-        for k in (1,) + hadamard.SMALL_ORDERS[source]:
+        orders = _CT_PICKS[:-1] if source is hadamard.Source.COMPRESSED_TENSORS else hadamard.SMALL_ORDERS[source]
+        for k in (1,) + orders:
             if source is hadamard.Source.SPINQUANT and k != 44:
                 continue  # SpinQuant's other matrices are QuaRot's bytes (tested)
             specs.append(VectorSpec(f"{source.value}: H_{k}", ("SmallMatrix",),
