@@ -307,3 +307,13 @@ def test_rotation_lowers_kurtosis_and_rtn_error_on_outlier_weights():
     wr = hadamard_transform(w, rng.choice([-1, 1], 1024))
     assert rotation.kurtosis(w) > 100 and rotation.kurtosis(wr) < 3.5
     assert rotation.rtn_error(wr) < 0.5 * rotation.rtn_error(w)
+
+
+def test_compressed_tensors_adapter_passes():
+    """The real library (the quant engines stage installs it): no divergence."""
+    pytest.importorskip("compressed_tensors")
+    from ref.conformance.implementation import load_implementation
+
+    impl = load_implementation("ref.conformance.adapters.compressed_tensors_hadamard")
+    report = run(impl, ops=["quant.hadamard_transform", "quant.small_hadamard"], examples=10, shrink=False)
+    assert report.ok, report
