@@ -50,7 +50,7 @@ def hadamard_transform(x, signs, *, source="compressed_tensors", inverse=False):
 def small_hadamard(k, *, source="compressed_tensors"):
     if source != "compressed_tensors":
         raise NotImplementedError(f"compressed-tensors ships its own matrices only, not {source}'s")
-    if isinstance(k, (bool, float)) or not isinstance(k, (int, np.integer, np.ndarray)) or np.asarray(k).dtype.kind not in "iu":
+    if isinstance(k, bool) or np.asarray(k).dtype.kind not in "iu":
         raise TypeError(f"k: expected an integer, got {type(k).__name__}")
     k = int(k)
     h = ct_hadamard._fetch_hadamard_divisor(k, torch.float32) if k > 0 else None
