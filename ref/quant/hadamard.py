@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import math
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -88,6 +89,11 @@ def small_hadamard(k: int, *, source: str | Source = Source.QUAROT) -> NDArray[n
     k = integer(k, "k")
     if k != 1 and k not in SMALL_ORDERS[source]:
         raise ValueError(f"k: expected 1 or one of {SMALL_ORDERS[source]} ({source.value}), got {k}")
+    return _built(k, source).copy()
+
+
+@lru_cache(maxsize=None)
+def _built(k: int, source: Source) -> NDArray[np.int8]:
     if k == 1:
         h = np.ones((1, 1), np.int64)
     elif source is Source.COMPRESSED_TENSORS:
@@ -199,7 +205,7 @@ _MEMO: dict = {}
 
 def _remembered(key, x, signs, source, inverse) -> NDArray[np.float64]:
     if key not in _MEMO:
-        if len(_MEMO) >= 128:
+        if len(_MEMO) >= 1024:  # a few MB: every vector at every precision, for every kernel judged
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[key] = _emulate(key[0], x, signs, source=source, inverse=inverse)
     return _MEMO[key]

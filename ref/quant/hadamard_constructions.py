@@ -95,15 +95,14 @@ def quadratic_character(q: int) -> NDArray[np.int64]:
     p, k = prime_power(q)
     if p == 2:
         raise ValueError(f"q: expected an odd prime power, got {q}")
-    elems = field_elements(q)
-    modulus = _irreducible(p, k)
-    squares = set()
-    for e in elems[1:]:
-        prod = np.convolve(e, e) % p  # [2k - 1]
-        padded = np.zeros(max(len(prod), k + 1), np.int64)
-        padded[:len(prod)] = prod
-        r = _remainder(padded, modulus, p) if k > 1 else padded[:1] % p
-        squares.add(int(np.dot(r, p ** np.arange(k))))
+    if k == 1:  # GF(p): the integers mod p
+        squares = set(((np.arange(1, q) ** 2) % q).tolist())
+    else:
+        elems, modulus, squares = field_elements(q), _irreducible(p, k), set()
+        for e in elems[1:]:
+            padded = np.zeros(2 * k, np.int64)
+            padded[:2 * k - 1] = np.convolve(e, e) % p  # the square as a polynomial
+            squares.add(int(np.dot(_remainder(padded, modulus, p), p ** np.arange(k))))
     chi = np.array([1 if i in squares else -1 for i in range(q)], np.int64)
     chi[0] = 0
     return chi
