@@ -25,8 +25,9 @@ from corpus import (
     formats_impls,
     groups_layouts,
     kernel_bugs,
-    quant_lattice,
+    quant_hadamard,
     quant_hqq,
+    quant_lattice,
     roofline_impls,
     specdec_rejection,
     specdec_trees,
@@ -82,6 +83,8 @@ def _entries():
         out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
     for name, (op, flag, _) in quant_hqq.HQQ_BUGS.items():
         out["HQQ_BUGS", name] = (lambda n=name: quant_hqq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_hadamard.HADAMARD_BUGS.items():
+        out["HADAMARD_BUGS", name] = (lambda n=name: quant_hadamard.bug(n), flag, [op])
     return out
 
 
@@ -93,8 +96,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
               "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"},
-              "quant_lattice": {"LATTICE_BUGS"},
-              "quant_hqq": {"HQQ_BUGS"}}
+              "quant_lattice": {"LATTICE_BUGS"}, "quant_hqq": {"HQQ_BUGS"}, "quant_hadamard": {"HADAMARD_BUGS"}}
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
