@@ -113,11 +113,11 @@ def pick(losses: list) -> int:
 
 
 def search_scales(x, w, *, bits=4, group=128, duo_scaling=False, grid_kind="awq", n_grid=20,
-                  scales=None, weight=None, error=None, choose=None, points=None):
+                  scales=None, weight=None, error=None, choose=None, points=None, mean_w=None):
     x, w, g = check(x, w, bits, group)
     scales, weight, error = scales or scales_for, weight or scaled_weight, error or loss
     choose, points = choose or pick, points or grid
-    xm, wm = x_mean(x), w_mean(w, g)
+    xm, wm = x_mean(x), (mean_w or w_mean)(w, g)
     reference = x @ w.T
     tried = [scales(xm, wm, ratio, duo) for ratio, duo in points(n_grid, duo_scaling, grid_kind)]
     losses = [error(reference, x, weight(w, s, int(bits), g)) for s in tried]
@@ -127,8 +127,13 @@ def search_scales(x, w, *, bits=4, group=128, duo_scaling=False, grid_kind="awq"
     return tried[best], np.int64(best), np.array(losses, np.float64)
 
 
+def group_amax(wb: np.ndarray) -> np.ndarray:
+    """wb [rows, 1, groups, g] -> each group's largest magnitude [rows, 1, groups, 1]."""
+    return np.abs(wb).max(axis=-1, keepdims=True)
+
+
 def clip_search(x, w, *, bits=4, group=128, n_sample_token=512, n_grid=20, max_shrink=0.5, sample=None,
-                clamp=None):
+                clamp=None, amax_of=None, shrinks=None):
     x, w, g = check(x, w, bits, group)
     if isinstance(n_sample_token, bool) or not isinstance(n_sample_token, (int, np.integer)) or n_sample_token < 1:
         raise ValueError(f"n_sample_token must be a positive integer, got {n_sample_token!r}")
@@ -138,10 +143,10 @@ def clip_search(x, w, *, bits=4, group=128, n_sample_token=512, n_grid=20, max_s
     out = []
     for start in range(0, w.shape[0], ROW_BLOCK):
         wb = w[start:start + ROW_BLOCK].reshape(-1, 1, w.shape[1] // g, g)  # [rows, 1, groups, g]
-        amax = np.abs(wb).max(axis=-1, keepdims=True)
+        amax = (amax_of or group_amax)(wb)
         best, best_err = amax.copy(), np.full(amax.shape, F32(1e9))
         reference = (xg * wb).sum(axis=-1)  # [rows, t, groups]
-        for i in range(int(max_shrink * n_grid)):
+        for i in (shrinks or range)(int(max_shrink * n_grid)):
             m = amax * F32(1 - i / n_grid)
             q = pseudo_quantize(clamp(wb, m), int(bits), g)
             err = ((q * xg).sum(axis=-1) - reference) ** 2

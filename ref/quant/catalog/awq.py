@@ -145,6 +145,19 @@ def _invalid(x, w, op: str) -> list[VectorSpec]:
     ]
 
 
+def _sampled_layer():
+    """x [1030, 8] whose odd tokens are large in channels 4..7 and whose tokens from 512 on
+    are large in channels 0..1: every second token, the first 512 and all of them each
+    judge the clip differently. w [32, 8]."""
+    rng = np.random.default_rng(seed_for("clip sampled"))
+    x = rng.integers(-64, 64, (1030, 8)).astype(np.float64) / 64
+    x[1::2, 4:] *= 8
+    x[512:, :2] *= 8
+    w = rng.integers(-16, 16, (32, 8)).astype(np.float64) / 512
+    w[rng.integers(0, 32, 16), rng.integers(0, 8, 16)] *= 8
+    return x.astype(np.float16), w.astype(np.float16)
+
+
 def _clip_vectors() -> list[VectorSpec]:
     x, w = _layer("clip", 32, 64, 32)
     xw, ww = _layer("clip wide", 32, 128, 16)
@@ -152,7 +165,7 @@ def _clip_vectors() -> list[VectorSpec]:
     specs = [VectorSpec("outlier weights, bits 4, group 128", teeth, Case({"x": xw, "w": ww}, {"bits": 4}))]
     specs += [VectorSpec(f"outlier weights, bits {b}, group {g}", teeth, Case({"x": x, "w": w}, {"bits": b, "group": g}))
               for b, g in ((4, 32), (3, 64), (2, 32), (8, 32), (4, -1))]
-    xl, wl = _layer("clip sampled", 1030, 8, 8, outliers=2, dtype=np.float16)
+    xl, wl = _sampled_layer()
     wz = w.copy()
     wz[:4, :32] = 0
     specs += [
