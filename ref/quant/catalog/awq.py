@@ -31,11 +31,13 @@ from ref.testing.vector_files import Case, VectorSpec
 __all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_RTOL", "OPERATIONS", "SCALE_RTOL",
            "compare_clip", "compare_search"]
 
-# Measured: tests/test_quant_awq.py::test_float32_kernel_within_the_stated_tolerances (deep) runs the
-# float32 default kernel against the oracle on 400 random layers (bits 2-8, groups 32-256 and per
-# channel, 16-1100 tokens, 1-5 outlier channels up to 50x): the largest relative loss difference seen
-# was 1.1e-3 (8-bit layers: a small loss from a difference of two large outputs), the scales 2.0e-6,
-# and no clip threshold differed. Each tolerance is the largest seen times 4.
+# Measured: the float32 default kernel against the oracle on random layers (bits 2-8, groups 32-256
+# and per channel, 16-1100 tokens, 1-5 outlier channels up to 50x; tests/test_quant_awq.py,
+# test_float32_kernel_within_the_stated_tolerances, 60 layers, and 280 more while building it): the
+# largest relative loss difference seen was 2.4e-3 (8-bit layers: a small loss from a difference of
+# two large float32 outputs), the scales 2.0e-6, no chosen grid point differed and no clip threshold
+# differed (0 of more than 48,000 groups). Each tolerance is about the largest seen times 4; a choice may be any
+# grid point whose loss is within twice the loss tolerance of the smallest.
 LOSS_RTOL = 1e-2
 CHOICE_RTOL = 2 * LOSS_RTOL
 SCALE_RTOL = 1e-5
