@@ -113,7 +113,8 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128):
     asymmetric over each group's own min and max."""
     bits = integer(bits, "bits", choices=BITS)
     w = _floats(w, "w", ndim=2).astype(np.float32)
-    codes, scale, zero = _quantize(w.reshape(w.shape[0], -1, _group(group, w.shape[1])), bits)
+    g = _group(group, w.shape[1])
+    codes, scale, zero = _quantize(w.reshape(w.shape[0], w.shape[1] // g, g), bits)
     return codes.reshape(w.shape).astype(np.int64), scale, zero
 
 

@@ -3,6 +3,7 @@ agreement rule measured from a float32 implementation:
 
   quant.awq.search_scales  x [..., in], w [out, in] -> (s [in], choice, losses [n_grid])
   quant.awq.search_clip    x [..., in], w [out, in] -> max_val [out, in/g]
+  quant.awq.quantize       w [out, in] -> (codes, scales, zeros): AWQ's quantizer, exact (float32)
 
 Vector inputs are integers scaled by powers of two (byte-stable across NumPy
 versions): activations with a few outlier channels (integers times 2^k), weights in
@@ -18,13 +19,15 @@ rounding: at most CLIP_FLIPS groups plus CLIP_FRACTION of them.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from hypothesis import strategies as st
 
 from ref.quant import awq
 from ref.quant.catalog.common import AREA
 from ref.testing.catalog_types import Flag, Variant, seed_for
-from ref.testing.compare import Comparison, Mismatch
+from ref.testing.compare import Comparison, Mismatch, compare_exact, compare_parts, compare_values
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.vector_files import Case, VectorSpec
 
@@ -76,6 +79,12 @@ FLAGS = {
                      "no clip (i = 0) is not tried, or a range the reference never tries wins"),
     "ClipSample": Flag("the clip search's tokens not sampled as the reference samples them (every "
                        "max(1, n // 512)-th)", "another subset of tokens judges the clip: other thresholds"),
+    "ZeroRange": Flag("AWQ's quantizer given GPTQ's range (min(w, 0), max(w, 0)) or its zero point left unclamped",
+                      "one-sided groups lose half their codes, or get a zero point outside the codes"),
+    "RangeFloor": Flag("the quantizer's range not floored at 1e-5 (an all-zero or constant group)",
+                       "a zero scale: NaN codes, or another scale and zero point stored"),
+    "TiesToEven": Flag("ties rounded away from zero or up instead of to the even code",
+                       "a half-ulp bias on every tie: systematic drift in accumulations"),
     "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial output",
                      "groups are judged together: other thresholds"),
 }
@@ -182,6 +191,52 @@ def _clip_vectors() -> list[VectorSpec]:
     return specs + _invalid(x[:4], w[:4], "clip")
 
 
+def _quantize_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("quant.awq.quantize"))
+    w = rng.integers(-64, 64, (8, 128)).astype(np.float32) / 256
+    w[:, 5] *= 16  # an outlier input channel
+    specs = [VectorSpec(f"random weights, bits {b}, group {g}", ("Random", "ZeroRange"),
+                        Case({"w": w}, {"bits": b, "group": g})) for b in awq.BITS for g in (-1, 32, 128)]
+    one_sided = np.abs(w[:4, :64]) + F(1 / 64)
+    special = np.concatenate([one_sided, -one_sided])  # [8, 64]
+    special[0, :32], special[1, :32], special[2, 32:] = 0, F(0.375), F(-0.5)  # all-zero, constant c > 0, c < 0
+    # range 7 over 2^3 - 1 codes: scale 1, -min / scale = 2.5 and every other w / scale a half
+    steps = np.append(np.arange(15, dtype=np.float32) / 2 - F(2.5), F(0))
+    specs += [
+        VectorSpec(f"one-sided, all-zero and constant groups, bits {b}", ("ZeroRange", "RangeFloor"),
+                   Case({"w": special}, {"bits": b, "group": 32})) for b in (3, 4, 8)]
+    specs += [
+        VectorSpec("weights on half steps (w / scale = k + 1/2): half to even", ("TiesToEven",),
+                   Case({"w": steps[None, :]}, {"bits": 3, "group": -1})),
+        VectorSpec("float16 weights (exact)", ("Float16Input", "ZeroRange"),
+                   Case({"w": w.astype(np.float16)}, {"group": 32})),
+        VectorSpec("float64 weights (rounded to float32 first)", ("ZeroRange",),
+                   Case({"w": w.astype(np.float64) * (1 + 2.0 ** -40)}, {"group": 32})),
+        VectorSpec("no rows", (EMPTY_INPUT,), Case({"w": w[:0]}, {"group": 32})),
+        VectorSpec("1-d weights are rejected", (INVALID_INPUT, "InputRank"), Case({"w": w[0]}), "invalid"),
+        VectorSpec("NaN weights are rejected", (INVALID_INPUT, NAN),
+                   Case({"w": np.where(w == w[1, 1], np.nan, w).astype(np.float32)}), "invalid"),
+        VectorSpec("a group that does not divide the input dimension is rejected", (INVALID_INPUT,),
+                   Case({"w": w[:, :96]}, {"group": 64}), "invalid"),
+        VectorSpec("integer weights are rejected", (INVALID_INPUT,), Case({"w": np.ones((2, 32), np.int32)},
+                                                                          {"group": 32}), "invalid"),
+    ]
+    return specs
+
+
+def _quantize_examples(supported):
+    @st.composite
+    def case(draw):
+        params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+        rng = np.random.default_rng(draw(st.integers(0, 2**16), label="seed"))
+        cin = 128 if params.get("group", 128) in (-1, 128) else 64
+        scale = 2.0 ** draw(st.integers(-12, 2), label="scale exponent")
+        w = (rng.integers(-64, 64, (draw(st.integers(1, 6), label="rows"), cin)) * scale).astype(np.float32)
+        return Case({"w": w}, params)
+
+    return case()
+
+
 def _examples(clip: bool):
     def strategy(supported):
         @st.composite
@@ -262,6 +317,10 @@ def _search_flags(case: Case) -> tuple[str, ...]:
     return ("DuoScaling",) if case.params.get("duo_scaling") else ("Random",)
 
 
+_compare_quantized = partial(compare_parts, names=("codes", "scales", "zeros"),
+                             comparators=(compare_exact, partial(compare_values, fmt="float32"),
+                                          partial(compare_values, fmt="float32")))
+
 OPERATIONS = [
     AREA.exact("awq.search_scales", awq.search_scales, anchor="awq",
                summary="x [..., in], w [out, in] -> (s [in], choice, losses [20]): AWQ's scale search",
@@ -271,4 +330,9 @@ OPERATIONS = [
                summary="x [..., in], W s [out, in] -> max_val [out, in/g]: AWQ's clip search",
                variants=(BITS, GROUP), vectors=_clip_vectors, examples=_examples(True), compare=compare_clip,
                case_flags=lambda case: ("Random",)),
+    AREA.exact("awq.quantize", awq.quantize, anchor="awq-quantizer",
+               summary="w [out, in] -> (codes, scales, zeros): AWQ's min-max quantizer in float32",
+               variants=(BITS, GROUP), vectors=_quantize_vectors, examples=_quantize_examples,
+               compare=_compare_quantized, outputs=("codes", "scales", "zeros"),
+               case_flags=lambda case: ("ZeroRange",)),
 ]
