@@ -151,9 +151,17 @@ def test_bad_inputs_name_themselves(x, w, match):
         awq.search_clip(x, w, group=32)
 
 
+def test_a_correct_alternative_passes():
+    """The default kernel with its loss subtracted in float64 (the default kernel itself runs in
+    tests/test_default_adapter.py): the golden vectors only, the examples are the deep profile's."""
+    report = run(quant_awq.CORRECT["float64 loss"], examples=0)
+    assert report.ok, report.details()
+
+
+@pytest.mark.deep
 @pytest.mark.parametrize("name", sorted(quant_awq.CORRECT))
-def test_correct_alternatives_pass(name):
-    report = run(quant_awq.CORRECT[name], examples=2, shrink=False)
+def test_correct_alternatives_pass_on_examples(name):
+    report = run(quant_awq.CORRECT[name], examples=40, shrink=False)
     assert report.ok, report.details()
 
 
@@ -162,7 +170,7 @@ def test_float32_kernel_within_the_stated_tolerances():
     """The figures behind catalog.LOSS_RTOL, SCALE_RTOL and CLIP_FLIPS: the float32 default
     kernel against the oracle on random layers; the largest seen times 4 must stay inside."""
     rng = np.random.default_rng(2026)
-    worst = {"loss": 0.0, "scales": 0.0, "clip": 0}
+    worst = {"loss": 0.0, "scales": 0.0, "clip": 0}  # the third largest loss difference of a layer: two may flip
     for _ in range(60):
         cin, cout = int(rng.choice([64, 128, 256])), int(rng.choice([16, 32, 64]))
         group = int(rng.choice([-1, 32, 64] + ([128] if cin >= 128 else [])))
@@ -174,7 +182,9 @@ def test_float32_kernel_within_the_stated_tolerances():
         w = (rng.standard_normal((cout, cin)) * 0.02).astype(np.float32)
         s, c, losses = awq.search_scales(x, w, bits=bits, group=group, duo_scaling=duo, grid=grid)
         s2, c2, losses2 = numpy_awq.search_scales(x, w, bits=bits, group=group, duo_scaling=duo, grid_kind=grid)
-        worst["loss"] = max(worst["loss"], float(np.max(np.abs(losses2 - losses) / losses)))
+        rel = np.sort(np.abs(losses2 - losses) / losses)
+        worst["loss"] = max(worst["loss"], float(rel[-1 - catalog.LOSS_FLIPS]))
+        assert rel[-1] <= catalog.LOSS_FLIP_RTOL
         if c == c2:
             worst["scales"] = max(worst["scales"], float(np.max(np.abs(s2 - s) / s)))
         else:

@@ -1,5 +1,5 @@
-"""AWQ's two searches (spec/quant.md#awq), judged against the float64 oracle with the
-agreement rule measured from a float32 implementation:
+"""AWQ's two searches and its quantizer (spec/quant.md#awq), the searches judged against
+the float64 oracle with an agreement rule measured from a float32 implementation:
 
   quant.awq.search_scales  x [..., in], w [out, in] -> (s [in], choice, losses [n_grid])
   quant.awq.search_clip    x [..., in], w [out, in] -> max_val [out, in/g]
@@ -9,8 +9,9 @@ Vector inputs are integers scaled by powers of two (byte-stable across NumPy
 versions): activations with a few outlier channels (integers times 2^k), weights in
 steps of 2^-9. The scale search's losses are mean squared output errors computed in
 float64; a float32 kernel computes them with cancellation (the float output minus
-the quantized one) and its AWQ scales W s round differently in the last place, so
-losses agree to LOSS_RTOL, the choice is any grid point whose float64 loss is within
+the quantized one) and its W s rounds differently in the last place (a code that flips
+moves one grid point's loss by a few percent in a small layer), so losses agree to
+LOSS_RTOL but at most LOSS_FLIPS of them (to LOSS_FLIP_RTOL), the choice is any grid point whose float64 loss is within
 CHOICE_RTOL of the smallest, and the scales match to SCALE_RTOL where the choice is
 the oracle's. The clip search's quantizer runs in float32 in both (the definition),
 so a float32 kernel differs only where two shrink steps' errors tie to float32
@@ -31,17 +32,24 @@ from ref.testing.compare import Comparison, Mismatch, compare_exact, compare_par
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_RTOL", "OPERATIONS", "SCALE_RTOL",
+__all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_FLIPS", "LOSS_FLIP_RTOL", "LOSS_RTOL",
+           "OPERATIONS", "SCALE_RTOL",
            "compare_clip", "compare_search"]
 
-# Measured: the float32 default kernel against the oracle on random layers (bits 2-8, groups 32-256
-# and per channel, 16-1100 tokens, 1-5 outlier channels up to 50x; tests/test_quant_awq.py,
-# test_float32_kernel_within_the_stated_tolerances, 60 layers, and 280 more while building it): the
-# largest relative loss difference seen was 2.4e-3 (8-bit layers: a small loss from a difference of
-# two large float32 outputs), the scales 2.0e-6, no chosen grid point differed and no clip threshold
-# differed (0 of more than 48,000 groups). Each tolerance is about the largest seen times 4; a choice may be any
-# grid point whose loss is within twice the loss tolerance of the smallest.
+# Measured: the float32 default kernel against the oracle on random layers. Large ones (bits 2-8,
+# groups 32-256 and per channel, 16-1100 tokens, 16-128 outputs, 1-5 outlier channels up to 50x;
+# tests/test_quant_awq.py, test_float32_kernel_within_the_stated_tolerances, and 280 more while
+# building it): the largest relative loss difference 2.4e-3 (8-bit layers: a small loss from a
+# difference of two large float32 outputs). Small ones (the examples' sizes: 8-64 tokens, 8-16
+# outputs; 4600 layers): one code of W s that flips between float32 and float64 rounding moves one
+# grid point's loss by up to 11.8% (a few hundred weights), a second point's by up to 1.4%, every
+# other point stayed within 2.3e-3. No chosen grid point differed (0 of 4940 layers), the scales
+# 2.0e-6 apart, and no clip threshold differed (0 of more than 48,000 groups). Each tolerance is
+# about the largest seen times 4: losses within LOSS_RTOL but at most LOSS_FLIPS grid points, those
+# within LOSS_FLIP_RTOL; a choice may be any grid point whose loss is within CHOICE_RTOL of the smallest.
 LOSS_RTOL = 1e-2
+LOSS_FLIPS = 2
+LOSS_FLIP_RTOL = 0.5
 CHOICE_RTOL = 2 * LOSS_RTOL
 SCALE_RTOL = 1e-5
 CLIP_FLIPS = 1
@@ -243,10 +251,10 @@ def _examples(clip: bool):
         def case(draw):
             params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
             g = params.get("group", 128)
-            cin = draw(st.sampled_from([64, 128, 256] if g in (-1, 32, 64) else [128, 256]), label="in")
+            cin = draw(st.sampled_from([64, 128] if g in (-1, 32, 64) else [128]), label="in")
             seed = draw(st.integers(0, 2**16), label="seed")
-            n = draw(st.sampled_from([8, 40, 200]), label="tokens")
-            x, w = _layer(f"example {seed}", n, cin, draw(st.sampled_from([16, 32]), label="out"),
+            n = draw(st.sampled_from([8, 24, 64]), label="tokens")
+            x, w = _layer(f"example {seed}", n, cin, draw(st.sampled_from([8, 16]), label="out"),
                           outliers=draw(st.integers(1, 4), label="outliers"))
             return Case({"x": x, "w": w}, params)
 
@@ -259,7 +267,9 @@ def _fail(part: str, problem: str) -> Comparison:
     return Comparison(False, 0, 0, np.inf, "", problem=problem, part=part)
 
 
-def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float) -> Comparison:
+def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int = 0,
+              flip_rtol: float = 0.0) -> Comparison:
+    """a within rtol of e (relative), but for at most `flips` elements, which are within flip_rtol."""
     e, a = np.asarray(e, np.float64), np.asarray(a)
     if a.dtype.kind != "f" or a.shape != e.shape:
         return _fail(part, f"expected float values of shape {e.shape}, got {a.dtype} {a.shape}")
@@ -267,20 +277,21 @@ def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float) -> Compariso
     with np.errstate(invalid="ignore"):
         rel = np.where(e == a, 0.0, np.abs(a - e) / np.abs(e))
     bad = ~(rel <= rtol)
-    if not bad.any():
-        return Comparison(True, e.size, 0, float(rel.max(initial=0)), "relative", rtol, part=part)
+    if not bad.any() or (bad.sum() <= flips and (rel[bad] <= flip_rtol).all()):
+        return Comparison(True, e.size, int(bad.sum()), float(rel.max(initial=0)), "relative", rtol, part=part)
     i = tuple(int(k) for k in np.argwhere(bad)[0])
     return Comparison(False, e.size, int(bad.sum()), float(np.nanmax(np.where(bad, rel, 0)) if np.isfinite(rel[bad]).all()
                       else np.inf), "relative", rtol, first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
 
 
 def compare_search(expected, actual) -> Comparison:
-    """(s, choice, losses): losses within LOSS_RTOL, the choice any grid point whose expected
-    loss is within CHOICE_RTOL of the smallest, s within SCALE_RTOL where the choice is the oracle's."""
+    """(s, choice, losses): losses within LOSS_RTOL (but LOSS_FLIPS of them within LOSS_FLIP_RTOL),
+    the choice any grid point whose expected loss is within CHOICE_RTOL of the smallest, s within
+    SCALE_RTOL where the choice is the oracle's."""
     if not isinstance(actual, tuple) or len(actual) != 3:
         return _fail("", "expected a tuple (scales, choice, losses)")
     (s, choice, losses), (s_a, choice_a, losses_a) = expected, actual
-    cmp = _relative("losses", losses, losses_a, LOSS_RTOL)
+    cmp = _relative("losses", losses, losses_a, LOSS_RTOL, LOSS_FLIPS, LOSS_FLIP_RTOL)
     if not cmp.ok:
         return cmp
     c = np.asarray(choice_a)
