@@ -228,6 +228,10 @@ def _quantize_vectors() -> list[VectorSpec]:
                    Case({"w": w[:, :96]}, {"group": 64}), "invalid"),
         VectorSpec("integer weights are rejected", (INVALID_INPUT,), Case({"w": np.ones((2, 32), np.int32)},
                                                                           {"group": 32}), "invalid"),
+        VectorSpec("float64 weights beyond float32's range are rejected", (INVALID_INPUT,),
+                   Case({"w": np.full((1, 32), 2.0**129)}, {"group": 32}), "invalid"),
+        VectorSpec("a group whose range overflows float32 is rejected", (INVALID_INPUT,),
+                   Case({"w": np.float32([3e38, -3e38] * 16)[None, :]}, {"group": 32}), "invalid"),
     ]
     return specs
 
