@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     quant_awq,
+    quant_lattice,
     roofline_impls,
     specdec_rejection,
     specdec_trees,
@@ -79,6 +80,8 @@ def _entries():
         out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
     for name, (op, flag, _) in quant_awq.AWQ_BUGS.items():
         out["AWQ_BUGS", name] = (lambda n=name: quant_awq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
+        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
     return out
 
 
@@ -89,7 +92,8 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
-              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}, "quant_awq": {"AWQ_BUGS"}}
+              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"},
+              "quant_lattice": {"LATTICE_BUGS"}, "quant_awq": {"AWQ_BUGS"}}
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
