@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ref.conformance.adapters import numpy_awq
-from ref.conformance.runner import run
+from ref.conformance.runner import parse_entries, run
 from ref.quant import awq, rtn
 from ref.quant.catalog import awq as catalog
+from ref.testing.vector_files import load_manifest
 
 
 def _layer(seed: int, n: int = 32, cin: int = 64, cout: int = 16, outliers: int = 3):
@@ -195,3 +196,20 @@ def test_float32_kernel_within_the_stated_tolerances():
     assert 4 * worst["loss"] <= catalog.LOSS_RTOL, worst
     assert 4 * worst["scales"] <= catalog.SCALE_RTOL, worst
     assert worst["clip"] <= catalog.CLIP_FLIPS, worst
+
+
+# Bugs only the golden vectors catch: the examples have no dead channel, no all-zero or constant
+# group, and fewer than 1024 tokens (so every token is read).
+VECTOR_ONLY = {"scales not clamped at 1e-4 (a dead channel's 0)", "clip search on the first 512 tokens",
+               "clip search on every token", "quantizer range not floored at 1e-5"}
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("name", sorted(set(quant_awq.AWQ_BUGS) - VECTOR_ONLY))
+def test_bug_is_rejected_by_examples_alone(name):
+    impl = quant_awq.bug(name)
+    manifest = load_manifest()["ops"]
+    report = run(impl, examples=30, shrink=False, skips=parse_entries("\n".join(
+        f"{op}/{i} examples only" for op in impl.ops for i in range(1, manifest[op]["vectors"] + 1))))
+    assert sum(r.vectors_run for r in report.ops) == 0
+    assert not report.ok, f"{name}: the examples accepted it"

@@ -243,7 +243,8 @@ def _quantize_examples(supported):
         rng = np.random.default_rng(draw(st.integers(0, 2**16), label="seed"))
         cin = 128 if params.get("group", 128) in (-1, 128) else 64
         scale = 2.0 ** draw(st.integers(-12, 2), label="scale exponent")
-        w = (rng.integers(-64, 64, (draw(st.integers(1, 6), label="rows"), cin)) * scale).astype(np.float32)
+        shift = draw(st.sampled_from([0, 0, 64, -96]), label="shift")  # nonzero: one-sided groups
+        w = ((rng.integers(-64, 64, (draw(st.integers(1, 6), label="rows"), cin)) + shift) * scale).astype(np.float32)
         return Case({"w": w}, params)
 
     return case()
