@@ -84,7 +84,7 @@ def test_alpha_zero_is_plain_rtn_with_awq_ranges():
 
 def test_quantizer_is_rtn_minmax_but_for_all_zero_groups():
     """AWQ's quantizer equals rtn's minmax codes everywhere; an all-zero group keeps AutoAWQ's
-    scale 1e-5 / qmax and zero 0 (rtn, as GPTQ, widens it to [-1, 1]): both dequantize to 0."""
+    scale 1e-5 / qmax, zero 0 and codes 0 (rtn, as GPTQ, may widen it to [-1, 1]): both dequantize to 0."""
     rng = np.random.default_rng(5)
     w = (rng.standard_normal((8, 128)) * 0.02).astype(np.float32)
     w[0, :32], w[1, 32:64] = 0, 0.5  # an all-zero group and a constant one
@@ -95,8 +95,10 @@ def test_quantizer_is_rtn_minmax_but_for_all_zero_groups():
         codes2 = rtn.quantize(wg, s2, z2, bits=bits).reshape(w.shape)
         np.testing.assert_array_equal(codes[:, 32:], codes2[:, 32:])
         np.testing.assert_array_equal(codes[1:], codes2[1:])
+        np.testing.assert_array_equal(codes[0, :32], 0)
         differ = (scale != s2) | (zero != z2)
-        assert differ.sum() == 1 and differ[0, 0] and zero[0, 0] == 0
+        differ[0, 0] = False  # the all-zero group: rtn widens it to [-1, 1] under minmax, or (on request) not
+        assert not differ.any() and zero[0, 0] == 0 and scale[0, 0] == np.float32(1e-5) / np.float32(2**bits - 1)
         np.testing.assert_array_equal(awq.dequantize(codes, scale, zero)[0, :32], 0)
         assert awq.fake_quantize(w, bits=bits, group=32)[1, 32] == pytest.approx(1e-5, rel=1e-6)  # constant group
 
