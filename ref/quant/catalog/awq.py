@@ -281,12 +281,14 @@ def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int =
     a = a.astype(np.float64)
     with np.errstate(invalid="ignore"):
         rel = np.where(e == a, 0.0, np.abs(a - e) / np.abs(e))
-    bad = ~(rel <= rtol)
+    rel = np.where(np.isnan(rel), np.inf, rel)  # a NaN is infinitely far
+    bad = rel > rtol
+    worst = float(rel.max(initial=0))
     if not bad.any() or (bad.sum() <= flips and (rel[bad] <= flip_rtol).all()):
-        return Comparison(True, e.size, int(bad.sum()), float(rel.max(initial=0)), "relative", rtol, part=part)
+        return Comparison(True, e.size, 0, worst, "relative", rtol, part=part)
     i = tuple(int(k) for k in np.argwhere(bad)[0])
-    return Comparison(False, e.size, int(bad.sum()), float(np.nanmax(np.where(bad, rel, 0)) if np.isfinite(rel[bad]).all()
-                      else np.inf), "relative", rtol, first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
+    return Comparison(False, e.size, int(bad.sum()), worst, "relative", rtol,
+                      first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
 
 
 def compare_search(expected, actual) -> Comparison:
