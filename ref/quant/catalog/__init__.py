@@ -1,9 +1,9 @@
 """The quant area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
-from ref.quant.catalog import hadamard, hqq, lattice
+from ref.quant.catalog import awq, hadamard, hqq, lattice
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = (hqq, hadamard, lattice)
+MODULES = (awq, hqq, hadamard, lattice)
 
 OPERATIONS, FLAGS = gather("quant", MODULES, COMMON)
