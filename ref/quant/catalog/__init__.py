@@ -1,8 +1,9 @@
 """The quant area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
 
+from ref.quant.catalog import gemm, gemm_fp
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = ()
+MODULES = (gemm, gemm_fp)
 
 OPERATIONS, FLAGS = gather("quant", MODULES, COMMON)
