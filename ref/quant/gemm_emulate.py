@@ -48,12 +48,12 @@ _F32 = np.float32
 
 
 def sequential_sum(terms: NDArray[np.float32]) -> NDArray[np.float32]:
-    """terms [..., K] summed in float32 in order of the last axis: ((t0 + t1) + t2) + ..."""
-    acc = np.zeros(terms.shape[:-1], _F32)
+    """terms [..., K] summed in float32 in order of the last axis: ((t0 + t1) + t2) + ...
+    (a ufunc's accumulate is sequential; its reduce would sum pairwise)."""
+    if terms.shape[-1] == 0:
+        return np.zeros(terms.shape[:-1], _F32)
     with np.errstate(invalid="ignore", over="ignore"):
-        for k in range(terms.shape[-1]):
-            acc = acc + terms[..., k]
-    return acc
+        return np.add.accumulate(terms.astype(_F32), axis=-1, dtype=_F32)[..., -1]
 
 
 def _low(precision: str):

@@ -121,7 +121,7 @@ def _w4a16_vectors() -> _Vectors:
     add("random", ["Random"], w4a16_inputs(rng, 5, 7, 192, 3))
     bad = w4a16_inputs(rng, 2, 3, 64, 2)
     add("a code 16 at 4 bits", ["InvalidInput", "GemmCodeBits"],
-        {**bad, "codes": np.full((3, 64), 16, np.uint8)}, result="invalid")
+        {**bad, "codes": np.full((3, 64), 16, np.uint8)}, result="invalid", bits=4)
     add("bits = 5", ["InvalidInput", "GemmCodeBits"], bad, result="invalid", bits=5)
     add("3 groups do not divide K = 64", ["InvalidInput", "GemmGroupIndex"],
         {**bad, "scales": np.ones((3, 3), np.float32), "zeros": np.zeros((3, 3), np.uint8)}, result="invalid")
@@ -132,7 +132,7 @@ def _w4a16_vectors() -> _Vectors:
     add("float zeros where zeros_kind=integer", ["InvalidInput", "GemmZeroPoint"],
         {**bad, "zeros": bad["zeros"].astype(np.float32)}, result="invalid")
     add("a zero point 16 at 4 bits", ["InvalidInput", "GemmZeroPoint"],
-        {**bad, "zeros": np.full((3, 2), 16, np.uint8)}, result="invalid")
+        {**bad, "zeros": np.full((3, 2), 16, np.uint8)}, result="invalid", bits=4)
     add("x of rank 3", ["InvalidInput"], {**bad, "x": bad["x"][None]}, result="invalid")
     return v
 
