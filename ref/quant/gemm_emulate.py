@@ -73,10 +73,15 @@ def _worse(exact: NDArray[np.float64], *evaluations: NDArray[np.float64]) -> NDA
 
 
 def _dot_f32(x: NDArray[np.float32], w: NDArray[np.float32]) -> NDArray[np.float32]:
-    """x [M, K] . w [N, K] -> [M, N]: float32 products, summed in order of k."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        products = x[:, None, :] * w[None, :, :]  # [M, N, K]
-    return sequential_sum(products)
+    """x [M, K] . w [N, K] -> [M, N]: float32 products, summed in order of k (rows in
+    chunks of about 2^22 products)."""
+    out = np.zeros((x.shape[0], w.shape[0]), _F32)
+    step = max(1, (1 << 22) // max(1, w.size))
+    for r in range(0, x.shape[0], step):
+        with np.errstate(invalid="ignore", over="ignore"):
+            products = x[r:r + step, None, :] * w[None, :, :]  # [rows, N, K]
+        out[r:r + step] = sequential_sum(products)
+    return out
 
 
 def w4a16_gemm(precision: str, x: ArrayLike, codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *,
