@@ -10,10 +10,11 @@ counted below, the arithmetic the algorithm must do, not what a particular loop 
 over its time, and the fraction is that rate over the baseline's:
 
   hessian     H = (2/n) X^T X from X [tokens, cols]                 2 tokens cols^2
-  gptq        dampening, the upper Cholesky factor of H^-1 (Cholesky
-              of H, its inverse, Cholesky of that: 4/3 cols^3) and
-              the column loop with lazy blocks (every weight updated
-              once per later column: rows cols^2)                  4/3 cols^3 + rows cols^2
+  gptq        the upper Cholesky factor of H^-1 (one Cholesky and one
+              triangular inverse suffice: 2/3 cols^3; the reference's
+              three factorizations do twice that) and the column loop
+              with lazy blocks (every weight updated once per later
+              column: rows cols^2)                                 2/3 cols^3 + rows cols^2
   w4a16_gemm  dequantization, then x [M, cols] @ W^T               2 M rows cols
 
 GPTQ runs 4-bit, groups of 128 (dynamic group parameters), blocksize 128, no
@@ -77,7 +78,7 @@ def main() -> int:
 
     h, t_h = _timed(lambda: gptq.hessian(x))
     (codes, scales, zeros, _, _), t_q = _timed(lambda: gptq.gptq(w, h, bits=4, group=GROUP))
-    flops_h, flops_q = 2 * tokens * cols**2, 4 / 3 * cols**3 + rows * cols**2
+    flops_h, flops_q = 2 * tokens * cols**2, 2 / 3 * cols**3 + rows * cols**2
     rows_out = [("float64 matmul (baseline)", f"{cols}^3", t_base, 2 * cols**3),
                 ("hessian", f"X [{tokens}, {cols}]", t_h, flops_h),
                 ("gptq (4-bit, g 128)", f"W [{rows}, {cols}]", t_q, flops_q),
