@@ -2,26 +2,27 @@
 defined exactly (float64) as the product of the decoded operands.
 
   w4a16_gemm  x [M, K] (bfloat16 or float16 activations), codes [N, K] unsigned
-            integers in [0, 2^bits - 1], scales [N, G] and zeros [N, G], g = K / G
-            consecutive input channels per group:
-                W[n, k] = (codes[n, k] - zeros[n, k // g]) * scales[n, k // g]
-            zeros are integer codes (`zeros_kind="integer"`: GPTQ, AWQ, Marlin, ExLlama,
-            compressed-tensors' asymmetric INT4) or floats in the code domain
-            (`zeros_kind="float"`: HQQ, W = (W_q - z) * s; vLLM's Marlin with is_zp_float).
-            An AWQ kernel's "scaled zeros" form W = codes * s - (z * s) is the same
-            number, rounded differently (the emulation takes the worse of both).
-  fp8_gemm  x_codes [M, K] and w_codes [N, K] float8_e4m3fn codes (uint8), x_scales
-            [M] per token or [1] per tensor, w_scales [N] per output channel or [1]
-            per tensor (float32):
-                y[m, n] = x_scales[m] * w_scales[n] * sum_k e4m3(x[m, k]) e4m3(w[n, k])
+              integers in [0, 2^bits - 1], scales [N, G] and zeros [N, G]; channel k
+              reads group j = k // (K / G) (G runs of consecutive channels), or
+              j = g_idx[k] when g_idx [K] is given (GPTQ's act-order checkpoints):
+                  W[n, k] = (codes[n, k] - zeros[n, j]) * scales[n, j]
+              zeros are integer codes (`zeros_kind="integer"`: GPTQ, AWQ, Marlin,
+              ExLlama, compressed-tensors' asymmetric INT4) or floats in the code
+              domain (`zeros_kind="float"`: HQQ, W = (W_q - z) * s). AWQ's GEMM kernel
+              computes the same number as codes * s - (z * s) ("scaled zeros"),
+              rounded differently (the emulation takes the worse of both forms).
+  fp8_gemm    x_codes [M, K] and w_codes [N, K] float8_e4m3fn codes (uint8), x_scales
+              [M] per token or [1] per tensor, w_scales [N] per output channel or [1]
+              per tensor (float32):
+                  y[m, n] = x_scales[m] * w_scales[n] * sum_k e4m3(x[m, k]) e4m3(w[n, k])
   mxfp4_gemm  a_codes [M, K], b_codes [N, K] E2M1 codes (one per byte), a_scales
-            [M, K / 32], b_scales [N, K / 32] E8M0 scale codes (ref.formats.mx):
-                y = decode(a) @ decode(b)^T
-  nvfp4_gemm  codes as mxfp4, E4M3 block scales per 16 along K, a per-tensor float32
-            decode scale for each operand (a_global, b_global: the number the block
-            scale is multiplied by; TransformerEngine's and vLLM's stored encode scale
-            g gives f32(1/g)), ref.formats.nvfp4:
-                y = (decode(a) @ decode(b)^T) * a_global * b_global
+              [M, K / 32], b_scales [N, K / 32] E8M0 scale codes (ref.formats.mx):
+                  y = decode(a) @ decode(b)^T
+  nvfp4_gemm  codes as mxfp4_gemm, E4M3 block scales per 16 along K, a per-tensor
+              float32 decode scale for each operand (a_global, b_global: the number
+              the block scale is multiplied by; TransformerEngine's and vLLM's stored
+              encode scale g gives f32(1/g)), ref.formats.nvfp4:
+                  y = (decode(a) @ decode(b)^T) * a_global * b_global
 
 Every function returns float64 [M, N]. NaN codes (E4M3 0x7F/0xFF), NaN scales (E8M0
 0xFF, E4M3 0x7F/0xFF) and NaN activations make NaN the outputs that read them; an
@@ -103,32 +104,41 @@ def group_index(k: int, groups: int) -> NDArray[np.int64]:
 
 # ---------------------------------------------------------------------------- W4A16
 
-def w4a16_weights(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, bits: int = 4,
-                  zeros_kind: ZeroKind | str = ZeroKind.INTEGER):
+def w4a16_weights(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, g_idx: ArrayLike | None = None, *,
+                  bits: int = 4, zeros_kind: ZeroKind | str = ZeroKind.INTEGER):
     """The checked weight operands: (codes [N, K] int64, scales [N, K] float64, zeros
-    [N, K] float64), scales and zeros repeated over each group's channels."""
+    [N, K] float64), each channel's group scale and zero in its place."""
     bits = integer(bits, "bits", choices=BITS)
     kind = member(zeros_kind, ZeroKind, "zeros_kind")
     q = _codes(codes, "codes", 2**bits - 1)
     s = check_floats(scales, "scales", 2)
     n, k = q.shape
-    if s.shape[0] != n or s.shape[1] < 1 or k % s.shape[1] or k == 0:
-        raise ValueError(f"scales: expected [N, G] = [{n}, G] with G >= 1 groups dividing K = {k}, "
-                         f"got shape {s.shape}")
+    if s.shape[0] != n or s.shape[1] < 1 or k == 0 or (g_idx is None and k % s.shape[1]):
+        raise ValueError(f"scales: expected [N, G] = [{n}, G] with G >= 1 groups dividing K = {k} "
+                         f"(any G with g_idx), got shape {s.shape}")
     if kind is ZeroKind.INTEGER:
         z = _codes(zeros, "zeros", 2**bits - 1).astype(np.float64)
     else:
         z = check_floats(zeros, "zeros", 2)
     if z.shape != s.shape:
         raise ValueError(f"zeros: expected the scales' shape {s.shape}, got {z.shape}")
-    idx = group_index(k, s.shape[1])  # [K]
+    if g_idx is None:
+        idx = group_index(k, s.shape[1])  # [K]
+    else:
+        idx = np.asarray(g_idx)
+        if idx.dtype.kind not in "iu" or idx.shape != (k,):
+            raise TypeError(f"g_idx: expected integers of shape ({k},) (one group per input channel), "
+                            f"got {idx.dtype} of shape {idx.shape}")
+        if k and (idx.min() < 0 or idx.max() >= s.shape[1]):
+            raise ValueError(f"g_idx: expected groups in [0, {s.shape[1] - 1}], got [{idx.min()}, {idx.max()}]")
     return q, s[:, idx], z[:, idx]
 
 
-def w4a16_gemm(x: ArrayLike, codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, bits: int = 4,
-          zeros_kind: ZeroKind | str = ZeroKind.INTEGER) -> NDArray[np.float64]:
-    """y = x @ ((codes - zeros) * scales)^T in float64: [M, K] x [N, K] -> [M, N]."""
-    q, s, z = w4a16_weights(codes, scales, zeros, bits=bits, zeros_kind=zeros_kind)
+def w4a16_gemm(x: ArrayLike, codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, g_idx: ArrayLike | None = None,
+               *, bits: int = 4, zeros_kind: ZeroKind | str = ZeroKind.INTEGER) -> NDArray[np.float64]:
+    """y = x @ ((codes - zeros) * scales)^T in float64: [M, K] x [N, K] -> [M, N]; channel
+    k reads group g_idx[k] (default k // (K / G))."""
+    q, s, z = w4a16_weights(codes, scales, zeros, g_idx, bits=bits, zeros_kind=zeros_kind)
     xf = check_floats(x, "x", 2)
     _same_k(xf.shape, q.shape, "x", "codes")
     w = (q - z) * s  # [N, K]

@@ -84,14 +84,14 @@ def _dot_f32(x: NDArray[np.float32], w: NDArray[np.float32]) -> NDArray[np.float
     return out
 
 
-def w4a16_gemm(precision: str, x: ArrayLike, codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *,
-               bits: int = 4, zeros_kind: str = "integer") -> NDArray[np.float64]:
+def w4a16_gemm(precision: str, x: ArrayLike, codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike,
+               g_idx: ArrayLike | None = None, *, bits: int = 4, zeros_kind: str = "integer") -> NDArray[np.float64]:
     """`w4a16_gemm` at `precision` (values returned as float64)."""
-    exact = gemm.w4a16_gemm(x, codes, scales, zeros, bits=bits, zeros_kind=zeros_kind)  # checks every argument
+    exact = gemm.w4a16_gemm(x, codes, scales, zeros, g_idx, bits=bits, zeros_kind=zeros_kind)  # checks arguments
     if choice(precision, "precision", PRECISIONS) == "float64":
         return exact
     low = _low(precision)
-    q, s, z = gemm.w4a16_weights(codes, scales, zeros, bits=bits, zeros_kind=zeros_kind)
+    q, s, z = gemm.w4a16_weights(codes, scales, zeros, g_idx, bits=bits, zeros_kind=zeros_kind)
     s = low(s)
     if member(zeros_kind, gemm.ZeroKind, "zeros_kind") is gemm.ZeroKind.FLOAT:
         z = low(z)

@@ -34,6 +34,8 @@ GEMM_BUGS = {
     "W4A16 float zeros rounded to integers": (W4A16, "GemmZeroPoint", {"zero rounded"}),
     "W4A16 group index off by one ((k + 1) // g)": (W4A16, "GemmGroupIndex", {"group off by one"}),
     "W4A16 group index interleaved (k % G)": (W4A16, "GemmGroupIndex", {"group interleaved"}),
+    # An act-order checkpoint run by a kernel without g_idx support (k // g for every channel).
+    "W4A16 g_idx ignored": (W4A16, "GemmGroupIndex", {"g_idx ignored"}),
     # A 4-bit kernel's nibble mask applied to 8-bit codes.
     "W4A16 codes masked to 4 bits": (W4A16, "GemmCodeBits", {"mask 4 bits"}),
     # The example: the per-token activation scale applied per output column.
@@ -65,8 +67,8 @@ def _matmul(a, b, bugs, precision):
 
 
 def _w4a16(bugs, precision):
-    def kernel(x, codes, scales, zeros, bits=4, zeros_kind="integer"):
-        product.w4a16_gemm(x, codes, scales, zeros, bits=bits, zeros_kind=zeros_kind)  # the product's checks
+    def kernel(x, codes, scales, zeros, g_idx=None, bits=4, zeros_kind="integer"):
+        product.w4a16_gemm(x, codes, scales, zeros, g_idx, bits=bits, zeros_kind=zeros_kind)  # the product's checks
         q = np.asarray(codes, np.int64)
         if "mask 4 bits" in bugs:
             q = q & 0xF
@@ -74,12 +76,14 @@ def _w4a16(bugs, precision):
         if "zero rounded" in bugs and zeros_kind == "float":
             z = np.rint(z)
         k, groups = q.shape[1], s.shape[1]
-        g = k // groups
+        g = max(1, k // groups)
         idx = np.arange(k) // g
         if "group off by one" in bugs:
             idx = np.minimum((np.arange(k) + 1) // g, groups - 1)
         if "group interleaved" in bugs:
             idx = np.arange(k) % groups
+        if g_idx is not None and "g_idx ignored" not in bugs:
+            idx = np.asarray(g_idx)
         s, z = s[:, idx], z[:, idx]
         if "zero ignored" in bugs:
             z = np.full_like(z, 2 ** (bits - 1))

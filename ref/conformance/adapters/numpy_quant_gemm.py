@@ -59,7 +59,7 @@ def _u8(a, name):
     return a
 
 
-def w4a16_gemm(x, codes, scales, zeros, bits=4, zeros_kind="integer"):
+def w4a16_gemm(x, codes, scales, zeros, g_idx=None, bits=4, zeros_kind="integer"):
     if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or bits not in (2, 3, 4, 8):
         raise ValueError(f"bits: expected 2, 3, 4 or 8, got {bits!r}")
     if zeros_kind not in ("integer", "float"):
@@ -69,16 +69,20 @@ def w4a16_gemm(x, codes, scales, zeros, bits=4, zeros_kind="integer"):
     s = _floats(scales, "scales", 2)
     z = _ints(zeros, "zeros", (1 << bits) - 1) if zeros_kind == "integer" else _floats(zeros, "zeros", 2)
     groups = s.shape[1]
-    if s.shape[0] != n or groups == 0 or k == 0 or k % groups or z.shape != s.shape:
+    if s.shape[0] != n or groups == 0 or k == 0 or z.shape != s.shape or (g_idx is None and k % groups):
         raise ValueError(f"scales, zeros: shapes {s.shape}, {z.shape} are not [N, G] with G dividing K = {k}")
+    if g_idx is None:
+        group = np.repeat(np.arange(groups), k // groups)
+    else:
+        group = np.asarray(g_idx)
+        if group.dtype.kind not in "iu" or group.shape != (k,) or group.min() < 0 or group.max() >= groups:
+            raise ValueError(f"g_idx: expected ({k},) integers in [0, {groups})")
     x = _floats(x, "x", 2)
     if x.shape[1] != k:
         raise ValueError(f"x: K = {x.shape[1]} differs from the codes' {k}")
-    s16, z16 = s.astype(_BF16), z.astype(_BF16)
-    scaled_zero = (s16.astype(_F32) * z16.astype(_F32)).astype(_BF16)  # [N, G]
-    qg = q.reshape(n, groups, k // groups).astype(_F32)  # [N, G, g]
-    w = (qg * s16.astype(_F32)[..., None]).astype(_BF16).astype(_F32) - scaled_zero.astype(_F32)[..., None]
-    w = w.astype(_BF16).astype(_F32).reshape(n, k)
+    s16 = s.astype(_BF16).astype(_F32)[:, group]  # [N, K]: each channel's group scale
+    scaled_zero = (s16 * z.astype(_BF16).astype(_F32)[:, group]).astype(_BF16).astype(_F32)
+    w = ((q * s16).astype(_BF16).astype(_F32) - scaled_zero).astype(_BF16).astype(_F32)
     with np.errstate(invalid="ignore", over="ignore"):
         return (x.astype(_BF16).astype(_F32) @ w.T).astype(_BF16)
 

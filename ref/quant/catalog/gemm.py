@@ -1,7 +1,7 @@
 """quant.w4a16_gemm, quant.fp8_gemm, quant.mxfp4_gemm, quant.nvfp4_gemm: quantized
 GEMMs, judged by the bounded rule against ref.quant.gemm_emulate.
 
-  w4a16_gemm  (x [M, K], codes [N, K], scales [N, G], zeros [N, G]) -> y [M, N]
+  w4a16_gemm  (x [M, K], codes [N, K], scales [N, G], zeros [N, G], g_idx [K]?) -> y [M, N]
   fp8_gemm    (x_codes [M, K], x_scales [M]|[1], w_codes [N, K], w_scales [N]|[1]) -> y
   mxfp4_gemm  (a_codes [M, K], a_scales [M, K/32], b_codes [N, K], b_scales [N, K/32]) -> y
   nvfp4_gemm  (a_codes, a_scales [M, K/16], a_global, b_codes, b_scales, b_global) -> y
@@ -34,9 +34,9 @@ FLAGS = {
     "GemmAccumulation": Flag("a quantized GEMM accumulating its products in bfloat16 or float16",
                              "the sum stalls once it is 2^8 (bfloat16) or 2^11 (float16) times its terms: long "
                              "reductions (K in the thousands) lose most of their mass"),
-    "GemmGroupIndex": Flag("the scale and zero group of input channel k taken off by one (k + 1) // g, or "
-                       "interleaved (k % G)", "channels at group edges (or all) dequantized with another "
-                                              "group's scale and zero"),
+    "GemmGroupIndex": Flag("the scale and zero group of input channel k taken off by one (k + 1) // g, "
+                           "interleaved (k % G), or k // g where g_idx names it (act-order)",
+                           "channels dequantized with another group's scale and zero"),
     "GemmZeroPoint": Flag("the zero point subtracted after scaling (q * s - z), dropped, or rounded to an integer "
                       "where it is a float (HQQ)", "every weight of a group shifted by a constant"),
     "GemmCodeBits": Flag("codes read at 4 bits whatever the declared width (masked to 4 bits, zero 8 assumed)",
@@ -107,6 +107,16 @@ def _w4a16_vectors() -> _Vectors:
             w4a16_inputs(rng, 2, 3, k, k // 128))
     add("K = 4096, every product positive: a bfloat16 or float16 sum stalls near 2^8 of its terms",
         ["GemmAccumulation"], w4a16_inputs(rng, 2, 3, 4096, 32, positive=True))
+    act = w4a16_inputs(rng, 3, 4, 128, 4)
+    act["scales"] = np.tile(2.0 ** -np.arange(6, 10, dtype=np.float32), (4, 1))
+    act["g_idx"] = (np.argsort(rng.permutation(128)) // 32).astype(np.int32)
+    add("act-order g_idx (GPTQ desc_act: group of channel k = its rank in the visiting order // 32), a power of "
+        "two per group: a kernel reading k // g instead uses other groups' scales", ["GemmGroupIndex"], act)
+    add("g_idx = k // g, as a static-groups checkpoint stores it: the default grouping", ["GemmGroupIndex"],
+        {**(inp := w4a16_inputs(rng, 2, 3, 64, 2)), "g_idx": (np.arange(64) // 32).astype(np.int64)})
+    odd = w4a16_inputs(rng, 2, 3, 96, 5)
+    add("g_idx with 5 groups over K = 96 (G need not divide K when g_idx names each channel's group)",
+        ["GemmGroupIndex"], {**odd, "g_idx": rng.integers(0, 5, 96).astype(np.int32)})
     add("x as float16 and float64 arrays, codes int32 (any integer dtype)", ["Random"],
         {**(inp := w4a16_inputs(rng, 2, 3, 64, 2)), "x": inp["x"].astype(np.float16),
          "codes": inp["codes"].astype(np.int32)})
@@ -134,18 +144,28 @@ def _w4a16_vectors() -> _Vectors:
     add("a zero point 16 at 4 bits", ["InvalidInput", "GemmZeroPoint"],
         {**bad, "zeros": np.full((3, 2), 16, np.uint8)}, result="invalid", bits=4)
     add("x of rank 3", ["InvalidInput"], {**bad, "x": bad["x"][None]}, result="invalid")
+    add("g_idx naming group 2 of 2", ["InvalidInput", "GemmGroupIndex"],
+        {**bad, "g_idx": np.full(64, 2, np.int32)}, result="invalid")
+    add("g_idx of length K - 1", ["InvalidInput", "GemmGroupIndex"],
+        {**bad, "g_idx": np.zeros(63, np.int32)}, result="invalid")
+    add("float g_idx", ["InvalidInput", "GemmGroupIndex"], {**bad, "g_idx": np.zeros(64, np.float32)},
+        result="invalid")
     return v
 
 
 @st.composite
 def w4a16_cases(draw, supported):
-    """Random W4A16 calls: M 0-4, N 0-6, K = G * g with 1-4 groups of 1-128 channels."""
+    """Random W4A16 calls: M 0-4, N 0-6, K = G * g with 1-4 groups of 1-128 channels,
+    consecutive or (half the time) in an act-order g_idx."""
     params = draw(variant_params(supported))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     groups, g = draw(st.integers(1, 4), label="groups"), draw(st.sampled_from([1, 8, 32, 128]), label="g")
     m, n = draw(st.integers(0, 4), label="m"), draw(st.integers(0, 6), label="n")
-    return Case(w4a16_inputs(rng, m, n, groups * g, groups, bits=params.get("bits", 4),
-                             zeros_kind=params.get("zeros_kind", "integer")), params)
+    inputs = w4a16_inputs(rng, m, n, groups * g, groups, bits=params.get("bits", 4),
+                          zeros_kind=params.get("zeros_kind", "integer"))
+    if draw(st.booleans(), label="act-order g_idx"):
+        inputs["g_idx"] = (np.argsort(rng.permutation(groups * g)) // g).astype(np.int32)
+    return Case(inputs, params)
 
 
 def _w4a16_flags(case) -> tuple[str, ...]:
