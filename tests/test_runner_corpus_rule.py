@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     quant_gemm,
+    quant_lattice,
     roofline_impls,
     specdec_rejection,
     specdec_trees,
@@ -77,6 +78,8 @@ def _entries():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
     for name, (op, flag, _) in specdec_rejection.REJECTION_BUGS.items():
         out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
+        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
     for name, (op, flag, _) in quant_gemm.GEMM_BUGS.items():
         out["GEMM_BUGS", name] = (lambda n=name: quant_gemm.bug(n), flag, [op])
     return out
@@ -90,7 +93,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
               "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"},
-              "quant_gemm": {"GEMM_BUGS"}}
+              "quant_lattice": {"LATTICE_BUGS"}, "quant_gemm": {"GEMM_BUGS"}}
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
