@@ -23,9 +23,13 @@ Gaussian with 8 outlier input channels in the calibration data. The GEMM's activ
 are the calibration tokens rounded to bfloat16 (M = tokens), and again a decode-sized
 M = 16. GPTQ and the Hessian are timed once (they take seconds); the products the
 best of --repeat. Prints a markdown table; exits 1 if GPTQ (with the Hessian) falls
-below --target of the baseline. Run on demand; never part of the tests. The same
-layer through llm-compressor's GPTQ is measured by the engine benchmark, which needs
-torch (see benchmarks/README.md).
+below --target of the baseline. Run on demand; never part of the tests.
+
+llm-compressor: where it imports (the quant engines' environment, with
+ref.conformance.adapters.llmcompressor_gptq), the same layer and Hessian also go
+through its `quantize_weight` on CPU (float32, torch's threads; its observer fixes the
+group parameters before GPTQ runs, the oracle's "static" groups), and the table gets
+its time and the oracle's time over it.
 """
 
 from __future__ import annotations
@@ -59,6 +63,20 @@ def _timed(fn):
     return out, time.perf_counter() - start
 
 
+def _llmcompressor(w: np.ndarray, h: np.ndarray) -> float | None:
+    """llm-compressor's GPTQ of the same layer (4-bit, groups of 128), in seconds, or
+    None where it does not import."""
+    try:
+        import importlib
+
+        adapter = importlib.import_module("ref.conformance.adapters.llmcompressor_gptq")
+    except ImportError as exc:
+        print(f"llm-compressor: not measured ({exc})")
+        return None
+    _, t = _timed(lambda: adapter.run(w.astype(np.float32), h.astype(np.float32), bits=4, group=GROUP))
+    return t
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 1024 x 1024 layer with 512 tokens")
@@ -89,11 +107,16 @@ def main() -> int:
         gemm.w4a16_gemm(xm, q8, scales, z8)  # warm-up
         t = best(lambda: gemm.w4a16_gemm(xm, q8, scales, z8), args.repeat)
         rows_out.append(("w4a16_gemm oracle", f"M = {m}", t, 2 * m * rows * cols))
+    engine = _llmcompressor(w, h)
+    if engine is not None:
+        rows_out.append(("llm-compressor quantize_weight (float32)", f"W [{rows}, {cols}]", engine, flops_q))
     print(f"load average after: {os.getloadavg()[0]:.2f}\n")
     print("| step | size | s | GFLOP/s | fraction of float64 matmul |")
     print("|---|---|---|---|---|")
     for name, size, t, flops in rows_out:
         print(f"| {name} | {size} | {t:.3f} | {flops / t / 1e9:.1f} | {flops / t / rate:.2f} |")
+    if engine is not None:
+        print(f"\nthe oracle's gptq takes {t_q / engine:.2f} times llm-compressor's time on the same layer")
     fraction = (flops_h + flops_q) / (t_h + t_q) / rate
     print(f"\nhessian + gptq at {fraction:.2f} of the float64 matmul rate "
           f"({'>=' if fraction >= args.target else '<'} target {args.target})")
