@@ -91,6 +91,9 @@ def _fp8_vectors() -> _Vectors:
     sub["x_codes"][:, :8] = np.arange(1, 9, dtype=np.uint8)  # subnormals 2^-9 .. 2^-6 and the smallest normal
     add("subnormal E4M3 codes and the largest normal 448 (0x7E)", ["Random"],
         {**sub, "w_codes": np.where(np.arange(32) == 0, 0x7E, sub["w_codes"]).astype(np.uint8)})
+    f = fp8_inputs(rng, 3, 2, 32)
+    add("x_scales as float16, w_scales as float64 (any float dtype)", ["GemmActivationScale", "GemmWeightScale"],
+        {**f, "x_scales": f["x_scales"].astype(np.float16), "w_scales": f["w_scales"].astype(np.float64)})
     add("no rows (M = 0)", ["EmptyInput"], fp8_inputs(rng, 0, 3, 32))
     add("no output channels (N = 0)", ["EmptyInput"], fp8_inputs(rng, 2, 0, 32))
     add("random", ["Random"], fp8_inputs(rng, 6, 7, 160))
