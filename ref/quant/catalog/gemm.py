@@ -68,7 +68,8 @@ def _ints(rng, lo: int, hi: int, shape, shift: int) -> np.ndarray:
 def w4a16_inputs(rng, m: int, n: int, k: int, groups: int, *, bits: int = 4, zeros_kind: str = "integer",
                  positive: bool = False) -> dict[str, np.ndarray]:
     """x [m, k] in +-127/64 (or 0..127/64), codes [n, k], scales [n, groups] in
-    [1, 127] * 2^-(bits + 6), zeros [n, groups] (integers, or sixteenths)."""
+    [1, 127] * 2^-(bits + 6) (one more halving past K = 1024: outputs stay in float16's
+    range), zeros [n, groups] (integers, or sixteenths)."""
     top = 2**bits - 1
     x = _ints(rng, 0 if positive else -127, 127, (m, k), 6)
     codes = rng.integers(top // 2 + 1 if positive else 0, top + 1, (n, k)).astype(np.uint8)
@@ -89,9 +90,11 @@ def _w4a16_vectors() -> _Vectors:
     add("groups of 32 with one scale a power of two per group (2^-6 .. 2^-9): a group index off by one or "
         "interleaved reads another group's", ["GemmGroupIndex"],
         {**w4a16_inputs(rng, 3, 4, 128, 4), "scales": np.tile(2.0 ** -np.arange(6, 10, dtype=np.float32), (4, 1))})
-    add("groups of 8 along K = 64, zeros spanning 0..15", ["GemmGroupIndex", "GemmZeroPoint"], w4a16_inputs(rng, 2, 5, 64, 8))
+    add("groups of 8 along K = 64, zeros spanning 0..15", ["GemmGroupIndex", "GemmZeroPoint"],
+        w4a16_inputs(rng, 2, 5, 64, 8))
     add("per channel (one group, g = K = 96)", ["GemmGroupIndex"], w4a16_inputs(rng, 3, 3, 96, 1))
-    add("groups of 1: a scale and zero per weight", ["GemmGroupIndex", "GemmZeroPoint"], w4a16_inputs(rng, 2, 3, 16, 16))
+    add("groups of 1: a scale and zero per weight", ["GemmGroupIndex", "GemmZeroPoint"],
+        w4a16_inputs(rng, 2, 3, 16, 16))
     add("zeros 15 against codes 0..15 (every weight <= 0): a zero subtracted after scaling stays visible",
         ["GemmZeroPoint"], {**w4a16_inputs(rng, 2, 4, 64, 2), "zeros": np.full((4, 2), 15, np.uint8)})
     for zk in ("integer", "float"):
@@ -113,14 +116,15 @@ def _w4a16_vectors() -> _Vectors:
     add("act-order g_idx (GPTQ desc_act: group of channel k = its rank in the visiting order // 32), a power of "
         "two per group: a kernel reading k // g instead uses other groups' scales", ["GemmGroupIndex"], act)
     add("g_idx = k // g, as a static-groups checkpoint stores it: the default grouping", ["GemmGroupIndex"],
-        {**(inp := w4a16_inputs(rng, 2, 3, 64, 2)), "g_idx": (np.arange(64) // 32).astype(np.int64)})
+        {**w4a16_inputs(rng, 2, 3, 64, 2), "g_idx": (np.arange(64) // 32).astype(np.int64)})
     odd = w4a16_inputs(rng, 2, 3, 96, 5)
     add("g_idx with 5 groups over K = 96 (G need not divide K when g_idx names each channel's group)",
         ["GemmGroupIndex"], {**odd, "g_idx": rng.integers(0, 5, 96).astype(np.int32)})
-    add("x as float16 and float64 arrays, codes int32 (any integer dtype)", ["Random"],
-        {**(inp := w4a16_inputs(rng, 2, 3, 64, 2)), "x": inp["x"].astype(np.float16),
-         "codes": inp["codes"].astype(np.int32)})
-    add("x as float64", ["Random"], {**(inp := w4a16_inputs(rng, 2, 2, 32, 1)), "x": inp["x"].astype(np.float64)})
+    wide = w4a16_inputs(rng, 2, 3, 64, 2)
+    add("x as a float16 array, codes int32 (any integer dtype)", ["Random"],
+        {**wide, "x": wide["x"].astype(np.float16), "codes": wide["codes"].astype(np.int32)})
+    f64 = w4a16_inputs(rng, 2, 2, 32, 1)
+    add("x as float64", ["Random"], {**f64, "x": f64["x"].astype(np.float64)})
     nan = w4a16_inputs(rng, 3, 4, 64, 2)
     nan["x"][1, 5] = np.nan
     nan["x"][2, 7] = np.inf
