@@ -27,6 +27,7 @@ from corpus import (
     kernel_bugs,
     quant_gemm,
     quant_lattice,
+    quant_rtn,
     roofline_impls,
     specdec_rejection,
     specdec_trees,
@@ -78,6 +79,9 @@ def _entries():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
     for name, (op, flag, _) in specdec_rejection.REJECTION_BUGS.items():
         out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
+    for name, (op, flag, _) in {**quant_rtn.RTN_BUGS, **quant_rtn.PACK_BUGS}.items():
+        out["RTN_BUGS" if name in quant_rtn.RTN_BUGS else "PACK_BUGS", name] = (
+            lambda n=name: quant_rtn.bug(n), flag, [op])
     for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
         out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
     for name, (op, flag, _) in quant_gemm.GEMM_BUGS.items():
@@ -93,7 +97,8 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
               "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"},
-              "quant_lattice": {"LATTICE_BUGS"}, "quant_gemm": {"GEMM_BUGS"}}
+              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"}, "quant_lattice": {"LATTICE_BUGS"},
+              "quant_gemm": {"GEMM_BUGS"}}
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
@@ -115,6 +120,8 @@ def test_every_registry_is_read():
 def _params():
     for key in ENTRIES:
         marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
+        if key[0] in ("RTN_BUGS", "PACK_BUGS") and key[1] not in quant_rtn.DEFAULT_PROFILE:
+            marks.append(pytest.mark.deep)  # about 0.5 s each: the issue's own entries stay in the default profile
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
 
 
