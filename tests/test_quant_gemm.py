@@ -28,6 +28,21 @@ def test_w4a16_is_the_product_with_intgroups_dequantized_weights():
     np.testing.assert_allclose(gemm.w4a16_gemm(x, codes, scales, zeros), expected, rtol=0, atol=1e-5)
 
 
+def test_gptq_outputs_are_w4a16_operands_as_they_are():
+    """ref.quant.gptq's (codes, scales, zeros, g_idx), act-order included, feed the GEMM
+    unchanged: the product with the weights rtn.dequantize gives, group by g_idx."""
+    from ref.quant import gptq, rtn
+
+    rng = np.random.default_rng(14)
+    w = rng.standard_normal((8, 64))
+    h = gptq.hessian(rng.standard_normal((96, 64)))
+    codes, scales, zeros, g_idx, _ = gptq.gptq(w, h, bits=4, group=16, act_order=True)
+    x = round_to(rng.standard_normal((3, 64)), "bfloat16")
+    weights = rtn.dequantize(codes, scales[:, g_idx].astype(np.float64), zeros[:, g_idx])  # [8, 64]
+    np.testing.assert_allclose(gemm.w4a16_gemm(x, codes, scales, zeros, g_idx), x @ weights.T, rtol=1e-12,
+                               atol=1e-12)
+
+
 def test_w4a16_float_zeros_equal_integer_zeros_when_integral():
     inp = w4a16_inputs(np.random.default_rng(2), 3, 4, 64, 4)
     as_float = {**inp, "zeros": inp["zeros"].astype(np.float32)}
