@@ -144,7 +144,7 @@ def _w4a16_vectors() -> _Vectors:
     add("x's K differs from the codes'", ["InvalidInput"], {**bad, "x": bad["x"][:, :32]}, result="invalid")
     add("float codes", ["InvalidInput"], {**bad, "codes": bad["codes"].astype(np.float32)}, result="invalid")
     add("float zeros where zeros_kind=integer", ["InvalidInput", "GemmZeroPoint"],
-        {**bad, "zeros": bad["zeros"].astype(np.float32)}, result="invalid")
+        {**bad, "zeros": bad["zeros"].astype(np.float32)}, result="invalid", zeros_kind="integer")
     add("a zero point 16 at 4 bits", ["InvalidInput", "GemmZeroPoint"],
         {**bad, "zeros": np.full((3, 2), 16, np.uint8)}, result="invalid", bits=4)
     add("x of rank 3", ["InvalidInput"], {**bad, "x": bad["x"][None]}, result="invalid")
