@@ -3,11 +3,11 @@ nothing from ref): float32 arithmetic throughout, as the libraries run it, and t
 paper's unblocked form: after each column, the whole remaining weight is updated at
 once (a rank-1 update), so the lazy block size, which only regroups those updates,
 is not needed (block_start groups, the reference code's rule, read a copy of the
-weights taken every `blocksize` columns). The inverse Hessian's upper Cholesky factor is the transpose of the
-lower Cholesky factor of H^-1, H^-1 from float32 triangular solves.
+weights taken every `blocksize` columns). The inverse Hessian's upper Cholesky factor
+is the transpose of the lower Cholesky factor of H^-1, H^-1 from float32 solves.
 
 Its outputs differ from the float64 oracle where float32 rounding moves a weight
-across a rounding boundary: the op judges them by ref.quant.agreement's rule.
+across a rounding boundary: the op judges them by ref.quant.catalog.agreement's rule.
 
 The steps are public functions so that the bug corpus (tests/corpus) composes its
 wrong kernels from the same code with one step changed.

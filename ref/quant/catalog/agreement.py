@@ -149,13 +149,11 @@ def _structure(name: str, e: np.ndarray, a: np.ndarray, *, integer: bool) -> Com
 
 
 def _codes(name: str, e: np.ndarray, a: np.ndarray, bad: np.ndarray, allowed: int, step: int) -> Comparison:
+    """One code output: no difference above `step`, at most `allowed` diverged units
+    (`bad` also marks units diverged by a `diverging` float)."""
     diff = np.abs(e.astype(np.int64) - a.astype(np.int64))
     unit = "levels"
-    if not diff.any():
-        return Comparison(True, e.size, 0, 0.0, unit, float(step), part=name)
-    i = tuple(int(k) for k in np.argwhere(diff > 0)[0])
-    first = Mismatch(i, str(int(e[i])), str(int(a[i])))
-    worst = float(diff.max())
+    worst = float(diff.max(initial=0))
     mismatched = int((diff > 0).sum())
     if worst > step:
         j = tuple(int(k) for k in np.argwhere(diff > step)[0])
@@ -163,10 +161,14 @@ def _codes(name: str, e: np.ndarray, a: np.ndarray, bad: np.ndarray, allowed: in
                           problem=f"a code differs by {int(diff[j])} levels at {j} (expected {int(e[j])}, got "
                                   f"{int(a[j])}; at most {step} allowed)", part=name)
     if bad.sum() > allowed:
-        return Comparison(False, e.size, mismatched, worst, unit, float(step), first,
-                          problem=f"{int(bad.sum())} of {bad.size} units (rows) have a differing code, at most "
-                                  f"{allowed} allowed; first at {i}: expected {int(e[i])}, got {int(a[i])}",
-                          part=name)
+        first, where = None, "their floats left their tolerances"
+        if mismatched:
+            i = tuple(int(k) for k in np.argwhere(diff > 0)[0])
+            first, where = Mismatch(i, str(int(e[i])), str(int(a[i]))), \
+                f"first code at {i}: expected {int(e[i])}, got {int(a[i])}"
+        return Comparison(False, e.size, max(mismatched, 1), worst, unit, float(step), first,
+                          problem=f"{int(bad.sum())} of {bad.size} units (rows) diverge, at most {allowed} allowed; "
+                                  f"{where}", part=name)
     return Comparison(True, e.size, 0, worst, unit, float(step), part=name)
 
 
