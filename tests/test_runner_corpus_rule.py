@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     quant_awq,
+    quant_gemm,
     quant_hadamard,
     quant_hqq,
     quant_lattice,
@@ -92,6 +93,8 @@ def _entries():
     for name, (op, flag, _) in {**quant_rtn.RTN_BUGS, **quant_rtn.PACK_BUGS}.items():
         out["RTN_BUGS" if name in quant_rtn.RTN_BUGS else "PACK_BUGS", name] = (
             lambda n=name: quant_rtn.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_gemm.GEMM_BUGS.items():
+        out["GEMM_BUGS", name] = (lambda n=name: quant_gemm.bug(n), flag, [op])
     return out
 
 
@@ -108,6 +111,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "quant_hadamard": {"HADAMARD_BUGS"},
               "quant_awq": {"AWQ_BUGS"},
               "quant_rtn": {"RTN_BUGS", "PACK_BUGS"},
+              "quant_gemm": {"GEMM_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 

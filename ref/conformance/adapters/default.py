@@ -39,7 +39,9 @@ covers every op of the catalog, with code that is not the oracle:
   step one float32 (or float64) operation on per-row scalars, the MSE search over every
   shrink at once;
 - `numpy_quant_packing`: GPTQ, AWQ and compressed-tensors words built from Python
-  integers (one big integer per run of codes, cut by masks), g_idx by a loop.
+  integers (one big integer per run of codes, cut by masks), g_idx by a loop;
+- `numpy_quant_gemm`: quantized GEMMs as a kernel runs them: operands dequantized to
+  bfloat16 (or their own scales), one float32 BLAS product, the output rounded.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -61,6 +63,7 @@ from ref.conformance.adapters import (
     numpy_paged,
     numpy_paged_attention,
     numpy_quant_codecs,
+    numpy_quant_gemm,
     numpy_quant_packing,
     numpy_roofline,
     numpy_spec_trees,
@@ -75,7 +78,7 @@ from ref.conformance.adapters import (
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
          numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq,
-         numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing)
+         numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_quant_gemm)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"

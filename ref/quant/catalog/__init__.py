@@ -2,11 +2,11 @@
 the packed checkpoint files golden/quant/checkpoints/ holds (`FILES`)."""
 
 from ref.quant import checkpoints
-from ref.quant.catalog import awq, hadamard, hqq, lattice, packing, rtn
+from ref.quant.catalog import awq, gemm, gemm_fp, gptq, hadamard, hqq, lattice, packing, rtn
 from ref.testing.catalog_types import gather
 from ref.testing.flags import COMMON
 
-MODULES = (rtn, packing, awq, hqq, hadamard, lattice)
+MODULES = (rtn, packing, gptq, awq, hqq, hadamard, gemm, gemm_fp, lattice)
 
 OPERATIONS, FLAGS = gather("quant", MODULES, COMMON)
 

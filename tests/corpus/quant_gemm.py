@@ -1,0 +1,168 @@
+"""The quantized-GEMM bug corpus: kernels that go wrong the ways real W4A16, FP8 and
+block-scaled FP4 kernels do, each one step changed from a plain correct kernel written
+here (decode both operands in float64, round them to the kernel's precision, one
+float32 matrix product, the output rounded to the precision).
+
+GEMM_BUGS: name -> (op, flag, bugs). `bug(name)` is the Implementation with those
+bugs (at bfloat16); `correct(precision)` is the plain kernel at `precision`, which
+passes. Every kernel first runs the default kernel on its inputs, so that invalid
+inputs are refused as the product refuses them.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ref.conformance.adapters import numpy_quant_gemm as product
+from ref.conformance.implementation import Implementation
+from ref.formats.minifloat import decode, round_to
+
+_F32 = np.float32
+_NARROW = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+W4A16, FP8, MXFP4, NVFP4 = "quant.w4a16_gemm", "quant.fp8_gemm", "quant.mxfp4_gemm", "quant.nvfp4_gemm"
+
+GEMM_BUGS = {
+    # The issue's example: a W4A16 kernel whose accumulator is bfloat16 (every partial sum rounded).
+    "W4A16 accumulating in bfloat16": (W4A16, "GemmAccumulation", {"accumulate bfloat16"}),
+    "W4A16 accumulating in float16": (W4A16, "GemmAccumulation", {"accumulate float16"}),
+    # AWQ-style scaled zeros written wrong: q * s - z, the zero not scaled.
+    "W4A16 zero subtracted after scaling": (W4A16, "GemmZeroPoint", {"zero after scaling"}),
+    # A symmetric kernel run on an asymmetric checkpoint: zero 2^(bits-1) assumed.
+    "W4A16 zero points ignored (2^(bits-1) assumed)": (W4A16, "GemmZeroPoint", {"zero ignored"}),
+    # HQQ's float zero points read as integer codes (rounded).
+    "W4A16 float zeros rounded to integers": (W4A16, "GemmZeroPoint", {"zero rounded"}),
+    "W4A16 group index off by one ((k + 1) // g)": (W4A16, "GemmGroupIndex", {"group off by one"}),
+    "W4A16 group index interleaved (k % G)": (W4A16, "GemmGroupIndex", {"group interleaved"}),
+    # An act-order checkpoint run by a kernel without g_idx support (k // g for every channel).
+    "W4A16 g_idx ignored": (W4A16, "GemmGroupIndex", {"g_idx ignored"}),
+    # A 4-bit kernel's nibble mask applied to 8-bit codes.
+    "W4A16 codes masked to 4 bits": (W4A16, "GemmCodeBits", {"mask 4 bits"}),
+    # The issue's example: the per-token activation scale applied per output column.
+    "FP8 activation scale per column": (FP8, "GemmActivationScale", {"x scale per column"}),
+    "FP8 activation scale per tensor (the first token's)": (FP8, "GemmActivationScale", {"x scale first"}),
+    "FP8 weight scale per row": (FP8, "GemmWeightScale", {"w scale per row"}),
+    "FP8 accumulating in bfloat16": (FP8, "GemmAccumulation", {"accumulate bfloat16"}),
+    "MXFP4 scales read per 16 (NVFP4's block)": (MXFP4, "GemmBlockScale", {"block 16"}),
+    "MXFP4 scale of the next block": (MXFP4, "GemmBlockScale", {"next block"}),
+    "MXFP4 accumulating in float16": (MXFP4, "GemmAccumulation", {"accumulate float16"}),
+    "NVFP4 global scale missing": (NVFP4, "GemmGlobalScale", {"no global"}),
+    "NVFP4 only a's global scale": (NVFP4, "GemmGlobalScale", {"a global only"}),
+    "NVFP4 global scale inverted (the encode scale read as decode)": (NVFP4, "GemmGlobalScale", {"inverse global"}),
+    "NVFP4 scales read per 32 (MX's block)": (NVFP4, "GemmBlockScale", {"block 32"}),
+    "NVFP4 accumulating in bfloat16": (NVFP4, "GemmAccumulation", {"accumulate bfloat16"}),
+}
+
+
+def _matmul(a, b, bugs, precision):
+    """a [M, K] @ b [N, K]^T: float32 (BLAS order), or a narrow accumulator."""
+    narrow = next((b_[len("accumulate "):] for b_ in bugs if b_.startswith("accumulate ")), None)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if narrow is None:
+            return round_to(a.astype(_F32) @ b.astype(_F32).T, precision)
+        products = round_to(a[:, None, :] * b[None, :, :], narrow).astype(_NARROW[narrow])  # [M, N, K]
+        if products.shape[-1] == 0:
+            return np.zeros(products.shape[:-1])
+        return np.add.accumulate(products, axis=-1)[..., -1].astype(np.float64)  # rounded at every step
+
+
+def _w4a16(bugs, precision):
+    def kernel(x, codes, scales, zeros, g_idx=None, bits=4, zeros_kind="integer"):
+        product.w4a16_gemm(x, codes, scales, zeros, g_idx, bits=bits, zeros_kind=zeros_kind)  # the product's checks
+        q = np.asarray(codes, np.int64)
+        if "mask 4 bits" in bugs:
+            q = q & 0xF
+        s, z = np.asarray(scales, np.float64), np.asarray(zeros, np.float64)
+        if "zero rounded" in bugs and zeros_kind == "float":
+            z = np.rint(z)
+        k, groups = q.shape[1], s.shape[1]
+        g = max(1, k // groups)
+        idx = np.arange(k) // g
+        if "group off by one" in bugs:
+            idx = np.minimum((np.arange(k) + 1) // g, groups - 1)
+        if "group interleaved" in bugs:
+            idx = np.arange(k) % groups
+        if g_idx is not None and "g_idx ignored" not in bugs:
+            idx = np.asarray(g_idx)
+        s, z = s[:, idx], z[:, idx]
+        if "zero ignored" in bugs:
+            z = np.full_like(z, 2 ** (bits - 1))
+        w = q * s - z if "zero after scaling" in bugs else (q - z) * s
+        xs = round_to(np.asarray(x, np.float64), precision)
+        return _matmul(xs, round_to(w, precision), bugs, precision).astype(_F32)
+    return kernel
+
+
+def _fp8(bugs, precision):
+    def kernel(x_codes, x_scales, w_codes, w_scales):
+        product.fp8_gemm(x_codes, x_scales, w_codes, w_scales)
+        xd = decode(np.asarray(x_codes), "float8_e4m3fn").astype(np.float64)
+        wd = decode(np.asarray(w_codes), "float8_e4m3fn").astype(np.float64)
+        xs, ws = np.asarray(x_scales, np.float64), np.asarray(w_scales, np.float64)
+        acc = _matmul(xd, wd, bugs, "float32")
+        with np.errstate(invalid="ignore", over="ignore"):
+            if "x scale per column" in bugs:
+                acc = acc * xs[None, :]
+            elif "x scale first" in bugs:
+                acc = acc * xs[0]
+            else:
+                acc = acc * xs[:, None]
+            acc = acc * (ws[:, None] if "w scale per row" in bugs else ws[None, :])
+        return round_to(acc, precision).astype(_F32)
+    return kernel
+
+
+def _fp4(codes, scales, block, read_block, mx, next_block):
+    """An E2M1 operand [rows, K] times its block scales, the scale of element k read
+    from block min(k // read_block (+ 1), K / block - 1)."""
+    q, s = np.asarray(codes), np.asarray(scales)
+    k = q.shape[1]
+    idx = np.minimum(np.arange(k) // read_block + next_block, k // block - 1)
+    if mx:
+        factor = np.where(s == 0xFF, np.nan, np.ldexp(1.0, s.astype(np.int64) - 127))
+    else:
+        factor = decode(s, "float8_e4m3fn").astype(np.float64)
+    return decode(q, "float4_e2m1fn").astype(np.float64) * factor[:, idx]
+
+
+def _block(bugs, precision, nv):
+    block = 16 if nv else 32
+    read = 16 if "block 16" in bugs else 32 if "block 32" in bugs else block
+    nxt = int("next block" in bugs)
+
+    def operands(ac, as_, bc, bs):
+        return _fp4(ac, as_, block, read, not nv, nxt), _fp4(bc, bs, block, read, not nv, nxt)
+
+    def mx_kernel(a_codes, a_scales, b_codes, b_scales):
+        product.mxfp4_gemm(a_codes, a_scales, b_codes, b_scales)
+        return _matmul(*operands(a_codes, a_scales, b_codes, b_scales), bugs, precision).astype(_F32)
+
+    def nv_kernel(a_codes, a_scales, a_global, b_codes, b_scales, b_global):
+        product.nvfp4_gemm(a_codes, a_scales, a_global, b_codes, b_scales, b_global)
+        acc = _matmul(*operands(a_codes, a_scales, b_codes, b_scales), bugs, "float32")
+        ga, gb = float(a_global), float(b_global)
+        alpha = 1.0 if "no global" in bugs else ga if "a global only" in bugs else 1 / (ga * gb) \
+            if "inverse global" in bugs else ga * gb
+        with np.errstate(invalid="ignore", over="ignore"):
+            return round_to(acc * float(_F32(alpha)), precision).astype(_F32)
+
+    return nv_kernel if nv else mx_kernel
+
+
+def _kernels(bugs: frozenset[str], precision: str) -> dict:
+    return {W4A16: _w4a16(bugs, precision), FP8: _fp8(bugs, precision), MXFP4: _block(bugs, precision, False),
+            NVFP4: _block(bugs, precision, True)}
+
+
+_W4A16_VARIANTS = {"bits": [2, 3, 4, 8], "zeros_kind": ["integer", "float"]}
+
+
+def bug(name: str) -> Implementation:
+    op, _, bugs = GEMM_BUGS[name]
+    return Implementation(f"quantized GEMM: {name}", {op: _kernels(frozenset(bugs), "bfloat16")[op]},
+                          variants={W4A16: _W4A16_VARIANTS} if op == W4A16 else {}, precision={op: "bfloat16"})
+
+
+def correct(precision: str = "bfloat16") -> Implementation:
+    return Implementation(f"plain quantized GEMMs at {precision}", _kernels(frozenset(), precision),
+                          variants={W4A16: _W4A16_VARIANTS}, precision={"quant.*": precision})
