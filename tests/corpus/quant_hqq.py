@@ -156,14 +156,6 @@ def _half_up(original):
     return lambda x: np.floor(x + F(0.5))
 
 
-def _zero_half_up(original):
-    """Only the round_zero zero rounded half up."""
-    def min_max(rows, bits, round_zero, flat_floor=True):
-        s, z = original(rows, bits, False, flat_floor)
-        return s, (np.floor(z + F(0.5)) if round_zero else z)
-    return min_max
-
-
 def _strict_flat(original):
     """A group is flat when max - min < 1e-4, not <= (float32(1e-4) itself then divides: s = 15 / 1e-4,
     clamped at 2e4)."""
@@ -178,13 +170,10 @@ def _strict_flat(original):
     return min_max
 
 
-def _lenient(which):
-    """The parameter check with one test dropped: bits any integer, axis 2 taken as 0, or an unknown
-    beta_schedule run as constant."""
-    def replace(original):
-        return lambda bits, axis, schedule: original(4 if which == "bits" else bits, 0 if which == "axis" else axis,
-                                                     "constant" if which == "schedule" else schedule)
-    return replace
+def _unchecked(original):
+    """No parameter check: bits 7 quantized with qmax 127, axis 2 grouped as axis 0, an unknown
+    beta_schedule run as constant (what the default kernel did before the adversary's report)."""
+    return lambda bits, axis, schedule: None
 
 
 def _unknown_layout_4bit(fn):
@@ -246,12 +235,9 @@ HQQ_BUGS = {
     "3bit_32 rows cut to a multiple of 10 instead of padded": (PACK, "HqqPad3", _unpadded),
     "3bit_32 top field read by an arithmetic shift with no mask": (UNPACK, "HqqPad3", _unmasked),
     "every rounding half up (C round) instead of to even": (Q, "HqqTie", _swap("rne", _half_up)),
-    "the round_zero zero rounded half up": (Q, "HqqTie", _swap("min_max", _zero_half_up)),
     "a range of exactly float32(1e-4) not flat (< 1e-4 instead of <=)": (Q, "HqqFlatGroup",
                                                                         _swap("min_max", _strict_flat)),
-    "bits not checked (7 accepted)": (Q, INVALID, _swap("check_params", _lenient("bits"))),
-    "axis not checked (2 taken as 0)": (Q, INVALID, _swap("check_params", _lenient("axis"))),
-    "an unknown beta_schedule run as constant": (Q, INVALID, _swap("check_params", _lenient("schedule"))),
+    "bits, axis and beta_schedule not checked": (Q, INVALID, _swap("check_params", _unchecked)),
     "pack: an unknown layout taken as 4bit_u8": (PACK, INVALID, _unknown_layout_4bit(K.pack)),
     "unpack: an unknown layout taken as 4bit_u8": (UNPACK, INVALID, _unknown_layout_4bit(K.unpack)),
     "dequantize as codes * scale - zero * scale": (DEQ, "HqqDequantRounding", _deq_distributive),

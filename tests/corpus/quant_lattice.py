@@ -121,10 +121,8 @@ LATTICE_BUGS = {
     "the coset preferred on D8/coset ties": (E8, "LatticeTie", _kernel(E8, "prefer_coset", _coset_on_ties)),
     "the coset decoded as D8(x + 1/2) - 1/2": (E8, "LatticeTie", _kernel(E8, "e8_point", _coset_plus_half)),
     "distances compared in float64": (E8, "NearTie", _kernel(E8, "squared_distance", _float_distances)),
-    "the E8 point returned in float32": (E8, "LatticeShape", _float32_output(L.e8_nearest)),
-    "the D8 point returned in float32": (D8, "LatticeShape", _float32_output(L.d8_nearest)),
-    "D8 coordinates rounded to float32 first": (D8, "NarrowedInput", patched(L.d8_nearest, L, "check", _narrowed)),
-    "E8 coordinates rounded to float32 first": (E8, "NarrowedInput", patched(L.e8_nearest, L, "check", _narrowed)),
+    "the point returned in float32": (D8, "LatticeShape", _float32_output(L.d8_nearest)),
+    "coordinates rounded to float32 first": (D8, "NarrowedInput", patched(L.d8_nearest, L, "check", _narrowed)),
     "only x.size checked, not the last axis": (D8, "InvalidInput", patched(L.d8_nearest, L, "check", _size_only)),
 }
 
