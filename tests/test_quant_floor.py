@@ -118,6 +118,19 @@ def test_dtypes_ranks_and_invalid_inputs():
         d8_nearest(np.full(8, np.nan))
     with pytest.raises(ValueError, match="2\\^50"):
         e8_nearest(np.full(8, 2.0**50))
+    assert d8_nearest(np.array([2.0**50 - 1] + [0.0] * 7))[0] == 2.0**50  # the repair may reach 2^50 itself
+
+
+def test_the_default_decoder_refuses_what_the_contract_refuses():
+    """Not golden vectors: an 8-element array without a last axis of 8 (a vector too), and long double
+    coordinates (which .npz files hold on some platforms only)."""
+    for decode in (e8_nearest, d8_nearest, numpy_lattice.e8_nearest, numpy_lattice.d8_nearest):
+        with pytest.raises(ValueError, match="x"):
+            decode(np.zeros((2, 4)))
+        if np.dtype(np.longdouble).itemsize > 8:
+            with pytest.raises(TypeError, match="x"):
+                decode(np.zeros(8, np.longdouble))
+        assert decode(np.array([2.0**40 + 1, 1, 0, 0, 0, 0, 0, 0])).dtype == np.float64
 
 
 # ------------------------------------------------------------------ kernels on the vectors

@@ -168,26 +168,58 @@ def conditioning(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0,
     rounding from a rounding boundary inside the code range; the smallest relative gap
     |e_i - min(e_0 .. e_{i-1})| / e_i of an early-stop test, an exact tie at a fixed point
     of the solver, where the codes and the shrink are those of the step before, counting
-    as decided). Both inf when nothing is decided."""
+    as decided). Both inf when nothing is decided. A w * s + z exactly halfway between two
+    codes under the min-max parameters (the final rounding without the solver, or its
+    step 0) counts as decided, not as a margin of 0, where float32 computes that tie
+    exactly too (`_float32_ties`): then both precisions see the same tie and round it to
+    even."""
     w = np.asarray(w, dtype=np.float64)
     g = group_view(w, group=group, axis=axis)
     qmax = (1 << integer(bits, "bits", choices=BITS)) - 1
     s, z = initial_params(g, bits=bits, axis=axis, round_zero=round_zero, flat_floor=flat_floor)
 
-    def code_margin(v):
+    def code_margin(v, decided=None):
         inside = (v > -0.5) & (v < qmax + 0.5)  # past the ends the clamp decides
-        return float(np.min(np.abs(v - np.floor(v) - 0.5), where=inside, initial=np.inf))
+        d = np.abs(v - np.floor(v) - 0.5)
+        if decided is not None:
+            inside &= ~((d == 0) & decided)
+        return float(np.min(d, where=inside, initial=np.inf))
 
+    ties = _float32_ties(g, s, z, axis=axis)  # decided ties of the min-max parameters
     margin, gap, best, last = np.inf, np.inf, np.inf, None
     if boolean(optimize, "optimize"):
-        for v, q, w_e, z_next, e, _ in _solver(g, s, z, bits=bits, axis=axis, p=p, beta=beta, kappa=kappa,
-                                               iters=iters, beta_schedule=beta_schedule):
-            margin = min(margin, code_margin(v))
+        for i, (v, q, w_e, z_next, e, _) in enumerate(_solver(g, s, z, bits=bits, axis=axis, p=p, beta=beta,
+                                                               kappa=kappa, iters=iters,
+                                                               beta_schedule=beta_schedule)):
+            margin = min(margin, code_margin(v, ties if i == 0 else None))
             fixed = last is not None and np.array_equal(q, last[0]) and np.array_equal(w_e, last[1])
             if best < np.inf and not (e == best and fixed):
                 gap = min(gap, abs(e - best) / max(e, np.finfo(np.float64).tiny))
             best, last, z = min(best, e), (q, w_e), z_next
-    return min(margin, code_margin(g * s + z)), gap
+        ties = None  # the solver's zeros are means: float32 need not reproduce them exactly
+    return min(margin, code_margin(g * s + z, ties)), gap
+
+
+def _float32_ties(g: NDArray, s: NDArray, z: NDArray, *, axis: int) -> NDArray[np.bool_]:
+    """Where float32 arithmetic computes w * s + z under the min-max parameters exactly
+    as float64 does: every quantity on the way (the group's min and max, max - min, s,
+    -min * s and z, w, w * s, w * s + z) is a float32 number that float64
+    computed without rounding. Each float32 operation then returns the float64 result
+    (an operation's float32 rounding is its float64 rounding whenever the latter is a
+    float32 number), so a tie there is the same tie in both precisions."""
+    def f32(a):
+        a = np.asarray(a, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            return a.astype(np.float32).astype(np.float64) == a
+
+    lo, hi = g.min(axis=axis, keepdims=True), g.max(axis=axis, keepdims=True)
+    z0 = -lo * s
+    group_ok = f32(lo) & f32(hi) & f32(hi - lo) & f32(s) & f32(z0) & f32(z)
+    a = g * s  # exact in float64: two 24-bit significands
+    t = a + z
+    back = t - a
+    exact_sum = ((a - (t - back)) + (z - back)) == 0  # Knuth's two-sum: the rounding error of a + z
+    return group_ok & f32(g) & f32(a) & f32(t) & exact_sum
 
 
 def quantize(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0, optimize: bool = True,

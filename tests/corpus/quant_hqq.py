@@ -16,7 +16,8 @@ from ref.conformance.adapters import numpy_hqq as K
 from ref.conformance.implementation import Implementation
 
 F = np.float32
-Q, PACK, UNPACK = "quant.hqq.quantize", "quant.hqq.pack", "quant.hqq.unpack"
+Q, PACK, UNPACK, DEQ = "quant.hqq.quantize", "quant.hqq.pack", "quant.hqq.unpack", "quant.hqq.dequantize"
+INVALID = "InvalidInput"
 
 
 def _swap(name, replacement, fn=K.quantize):
@@ -150,6 +151,67 @@ def _unmasked(packed, layout="4bit_u8"):
     return out
 
 
+def _half_up(original):
+    """C's round, floor(x + 1/2): exact ties go up where torch.round goes to even."""
+    return lambda x: np.floor(x + F(0.5))
+
+
+def _strict_flat(original):
+    """A group is flat when max - min < 1e-4, not <= (float32(1e-4) itself then divides: s = 15 / 1e-4,
+    clamped at 2e4)."""
+    def min_max(rows, bits, round_zero, flat_floor=True):
+        lo, hi = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
+        span = (hi - lo).astype(F)
+        flat = np.abs(span) < F(1e-4)
+        s = np.where(flat, F(1), F((1 << bits) - 1) / np.where(flat, F(1), span)).astype(F)
+        s = np.minimum(s, F(2e4))
+        z = (-lo * s).astype(F)
+        return s, (K.rne(z) if round_zero else z)
+    return min_max
+
+
+def _unchecked(original):
+    """No parameter check: bits 7 quantized with qmax 127, axis 2 grouped as axis 0, an unknown
+    beta_schedule run as constant (what the default kernel did before the adversary's report)."""
+    return lambda bits, axis, schedule: None
+
+
+def _unknown_layout_4bit(fn):
+    def kernel(*args, layout="4bit_u8", **kwargs):
+        return fn(*args, layout=layout if layout in K.LAYOUTS else "4bit_u8", **kwargs)
+    return kernel
+
+
+def _deq_distributive(codes, scale, zero):
+    """codes * scale - zero * scale: two rounded products and a rounded difference."""
+    K.dequantize(codes, scale, zero)  # its checks
+    c = np.asarray(codes).astype(F)
+    return (c * scale - zero * scale).astype(F)
+
+
+def _deq_float64(codes, scale, zero):
+    """(codes - zero) * scale in float64, rounded once to float32."""
+    K.dequantize(codes, scale, zero)
+    return ((np.asarray(codes).astype(np.float64) - zero) * scale.astype(np.float64)).astype(F)
+
+
+def _deq_no_shape(codes, scale, zero):
+    """Only dtypes and ranks checked: any scale and zero that broadcast are taken."""
+    codes, scale, zero = np.asarray(codes), np.asarray(scale), np.asarray(zero)
+    if codes.dtype != np.uint8 or scale.dtype != F or zero.dtype != F:
+        raise TypeError("codes uint8, scale and zero float32")
+    if codes.ndim != 2:
+        raise ValueError("codes: 2-d")
+    return ((codes.astype(F) - zero) * scale).astype(F)
+
+
+def _deq_zero_free(codes, scale, zero):
+    """The scale's shape checked, the zero's only for broadcasting."""
+    codes, scale, zero = np.asarray(codes), np.asarray(scale), np.asarray(zero)
+    K.dequantize(codes, scale, scale.copy())  # every check, with the scale's shape for the zero
+    return ((codes.astype(F) - zero) * scale).astype(F)
+
+
 HQQ_BUGS = {
     "beta times kappa after each step where hqq 0.2.7+ keeps it constant": (
         Q, "HqqBetaSchedule", _swap("betas", _kappa_always)),
@@ -172,9 +234,19 @@ HQQ_BUGS = {
     "the first slice packed into the lowest field": (PACK, "HqqHalves", _low_first),
     "3bit_32 rows cut to a multiple of 10 instead of padded": (PACK, "HqqPad3", _unpadded),
     "3bit_32 top field read by an arithmetic shift with no mask": (UNPACK, "HqqPad3", _unmasked),
+    "every rounding half up (C round) instead of to even": (Q, "HqqTie", _swap("rne", _half_up)),
+    "a range of exactly float32(1e-4) not flat (< 1e-4 instead of <=)": (Q, "HqqFlatGroup",
+                                                                        _swap("min_max", _strict_flat)),
+    "bits, axis and beta_schedule not checked": (Q, INVALID, _swap("check_params", _unchecked)),
+    "pack: an unknown layout taken as 4bit_u8": (PACK, INVALID, _unknown_layout_4bit(K.pack)),
+    "unpack: an unknown layout taken as 4bit_u8": (UNPACK, INVALID, _unknown_layout_4bit(K.unpack)),
+    "dequantize as codes * scale - zero * scale": (DEQ, "HqqDequantRounding", _deq_distributive),
+    "dequantize in float64, rounded once": (DEQ, "HqqDequantRounding", _deq_float64),
+    "dequantize takes any broadcastable scale and zero": (DEQ, INVALID, _deq_no_shape),
+    "dequantize takes a zero of another shape than the scale": (DEQ, INVALID, _deq_zero_free),
 }
 
 
 def bug(name: str) -> Implementation:
     op, _, kernel = HQQ_BUGS[name]
-    return Implementation(name, {op: kernel}, variants={op: K.VARIANTS[op]})
+    return Implementation(name, {op: kernel}, variants={op: K.VARIANTS[op]} if op in K.VARIANTS else {})

@@ -88,6 +88,26 @@ def _kernel(op, helper, replacement):
     return patched(fn, L, helper, _swap(helper, replacement))
 
 
+def _float32_output(fn):
+    """The decoded point returned in float32: coordinates past 2^24 rounded."""
+    return lambda x: fn(x).astype(np.float32)
+
+
+def _narrowed(original):
+    """Coordinates rounded through float32 before decoding."""
+    return lambda x, name="x": original(x, name).astype(np.float32).astype(np.float64)
+
+
+def _size_only(original):
+    """Only the number of coordinates checked (x.size a multiple of 8), not a last axis of 8."""
+    def check(x, name="x"):
+        x = np.asarray(x)
+        if x.ndim == 0 or x.size % 8:
+            raise ValueError(f"{name}: coordinates in eights")
+        return original(x.reshape(-1, 8), name)
+    return check
+
+
 LATTICE_BUGS = {
     "E8 without the half-integer coset": (E8, "E8Coset", _kernel(E8, "e8_point", _no_coset)),
     "parity repaired on the best coordinate (E8)": (E8, "ParityFix", _kernel(E8, "worst_coordinate", _smallest_error)),
@@ -101,6 +121,9 @@ LATTICE_BUGS = {
     "the coset preferred on D8/coset ties": (E8, "LatticeTie", _kernel(E8, "prefer_coset", _coset_on_ties)),
     "the coset decoded as D8(x + 1/2) - 1/2": (E8, "LatticeTie", _kernel(E8, "e8_point", _coset_plus_half)),
     "distances compared in float64": (E8, "NearTie", _kernel(E8, "squared_distance", _float_distances)),
+    "the point returned in float32": (D8, "LatticeShape", _float32_output(L.d8_nearest)),
+    "coordinates rounded to float32 first": (D8, "NarrowedInput", patched(L.d8_nearest, L, "check", _narrowed)),
+    "only x.size checked, not the last axis": (D8, "InvalidInput", patched(L.d8_nearest, L, "check", _size_only)),
 }
 
 

@@ -43,6 +43,21 @@ def shrink(x: np.ndarray, beta: F, p: F) -> np.ndarray:
         return np.copysign(np.maximum(a - a ** F(p - 1) / beta, F(0)), x)
 
 
+def check_params(bits, axis, schedule) -> None:
+    """The parameters hqq's Quantizer accepts; anything else is refused by name."""
+    if bits not in (1, 2, 3, 4, 5, 6, 8):
+        raise ValueError(f"bits: expected one of 1, 2, 3, 4, 5, 6, 8, got {bits}")
+    if axis not in (0, 1):
+        raise ValueError(f"axis: expected 0 or 1, got {axis}")
+    if schedule not in ("constant", "kappa"):
+        raise ValueError(f"beta_schedule: expected 'constant' or 'kappa', got {schedule!r}")
+
+
+def rne(x: np.ndarray) -> np.ndarray:
+    """Round half to even (torch.round), for the final codes and a rounded zero point."""
+    return np.rint(x)
+
+
 def betas(beta: float, kappa: float, iters: int, schedule: str) -> list:
     if schedule == "kappa":
         out, b = [], F(beta)
@@ -80,7 +95,7 @@ def min_max(rows: np.ndarray, bits: int, round_zero: bool, flat_floor: bool = Tr
             s = (F((1 << bits) - 1) / span).astype(F)
     s = np.minimum(s, F(2e4))
     z = (-lo * s).astype(F)
-    return s, (np.rint(z) if round_zero else z)
+    return s, (rne(z) if round_zero else z)
 
 
 def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant",
@@ -88,10 +103,7 @@ def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, be
     w = np.asarray(w)
     if w.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"w: expected floating-point weights, got {w.dtype}")
-    if bits not in (1, 2, 3, 4, 5, 6, 8):
-        raise ValueError(f"bits: expected one of 1, 2, 3, 4, 5, 6, 8, got {bits}")
-    if axis not in (0, 1):
-        raise ValueError(f"axis: expected 0 or 1, got {axis}")
+    check_params(bits, axis, beta_schedule)
     if not np.isfinite(w).all():
         raise ValueError("w: NaN or Inf weights")
     rows = rows_of_groups(w, group, axis)
@@ -99,7 +111,7 @@ def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, be
     s, z = min_max(rows, bits, round_zero, flat_floor)
     if optimize:
         z = solve_zero(rows, s, z, qmax, betas(10.0, 1.01, 20, beta_schedule), F(0.7), 20)
-    q = np.clip(np.rint(rows * s + z), 0, qmax).astype(np.uint8)
+    q = np.clip(rne(rows * s + z), 0, qmax).astype(np.uint8)
     scale = (F(1) / s).astype(F)
     return back(q, axis).copy(), back(scale, axis).copy(), back(z, axis).copy()
 

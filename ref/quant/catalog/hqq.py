@@ -63,6 +63,12 @@ FLAGS = {
                       "a checkpoint's codes land on other rows after unpacking"),
     "HqqPad3": Flag("3bit_32 rows not padded to a multiple of 10 (rejected or cut), or the padding read back as "
                     "codes in another order", "3-bit checkpoints of rows not divisible by 10 misload"),
+    "HqqTie": Flag("a w * s + z or a round_zero zero exactly halfway between two integers rounded half up "
+                   "(C's round, floor(x + 1/2)) instead of to even (torch.round)",
+                   "a code one step up at each exact tie; a rounded zero one step up moves every code of its group"),
+    "HqqDequantRounding": Flag("dequantize computed as codes * scale - zero * scale, or in float64 and rounded once, "
+                               "instead of float32 (codes - zero) rounded, then times scale rounded",
+                               "dequantized weights one float32 ulp off hqq's"),
     "HqqWeightShape": Flag("only 2-d float32 weights accepted, or a 1-d / 3-d / float16 / float64 weight "
                            "grouped another way",
                            "vectors, stacks and half-precision weights are refused or regrouped"),
@@ -238,6 +244,23 @@ def quantize_vectors() -> list[VectorSpec]:
     add("a weight of no elements is rejected", (INVALID_INPUT, EMPTY_INPUT), np.zeros((0, 64), np.float32),
         "invalid")
     add("96 elements do not split into groups of 64", (INVALID_INPUT,), big[0, :96], "invalid", group=64)
+    # Appended after the vectors above (their ids are named by engine xfails).
+    t = np.float32(13743895 * 2.0 ** -37)  # float32(1e-4), just below 1e-4
+    edge = np.stack([np.arange(8) * 2.0 ** -17, _weights(rng, (8,), -7)]).astype(np.float32)
+    edge[0, 7] = t  # row 0's range is exactly float32(1e-4): flat (<= 1e-4), inverse scale 1
+    for optimize in (False, True):
+        add(f"a group of range exactly float32(1e-4) is flat (range <= 1e-4), optimize {optimize}",
+            ("HqqFlatGroup",), edge, bits=4, group=8, axis=1, optimize=optimize)
+    add("bits 7 is rejected", (INVALID_INPUT,), big[0], "invalid", bits=7)
+    add("axis 2 is rejected", (INVALID_INPUT,), big[0], "invalid", axis=2)
+    add("an unknown beta_schedule is rejected", (INVALID_INPUT,), big[0], "invalid", beta_schedule="kappa2")
+    # Exact ties (conditioned: float32 computes each w * s + z exactly, spec/quant.md#hqq-tolerance):
+    # max - min = 6, s = 15 / 6 = 2.5, -min * s = 2.5.
+    ties = (np.array([[-4, 20, 0, 4, 8, 12, 16, 2], [-4, 20, 1, 5, 9, 13, 17, -3]]) * 0.25).astype(np.float32)
+    add("round_zero at an exact tie: the zero 2.5 rounds to even (2), and w * s + z = 4.5, 9.5, 14.5 to even",
+        ("HqqTie", "HqqRoundZero"), ties, bits=4, group=8, axis=1, optimize=False, round_zero=True)
+    add("min-max codes at exact ties: w * s + z = 2.5, 7.5, 12.5 round to even", ("HqqTie",), ties, bits=4, group=8,
+        axis=1, optimize=False)
     return out
 
 
@@ -260,6 +283,20 @@ def dequantize_vectors() -> list[VectorSpec]:
                     Case({"codes": codes[0], "scale": col[0], "zero": zcol[0]}), "invalid"),
          VectorSpec("int32 codes are rejected", (INVALID_INPUT,),
                     Case({"codes": codes.astype(np.int32), "scale": col, "zero": zcol}), "invalid")]
+    # Appended after the vectors above (their ids are named by engine xfails).
+    full_scale = (rng.integers(2 ** 23, 2 ** 24, (1, 8)) * 2.0 ** -27).astype(np.float32)  # 24-bit significands
+    full_zero = (rng.integers(2 ** 22, 2 ** 24, (1, 8)) * 2.0 ** -20).astype(np.float32)
+    bytes_ = rng.integers(0, 256, (64, 8)).astype(np.uint8)  # codes - zero needs up to 28 bits: rounded
+    v += [VectorSpec("8-bit codes, scales and zeros of full 24-bit significands: (codes - zero) rounded to "
+                     "float32, then the product rounded", ("HqqDequantRounding", "HqqGroupAxis"),
+                     Case({"codes": bytes_, "scale": full_scale, "zero": full_zero})),
+          VectorSpec("the same by rows", ("HqqDequantRounding", "HqqGroupAxis"),
+                     Case({"codes": bytes_[:8].T.copy(), "scale": full_scale.T.copy(), "zero": full_zero.T.copy()})),
+          VectorSpec("a [1, 1] scale and zero for codes [4, 8] are rejected (they would broadcast)",
+                     (INVALID_INPUT,), Case({"codes": codes[:4], "scale": col[:, :1], "zero": zcol[:, :1]}),
+                     "invalid"),
+          VectorSpec("a zero of another shape than the scale is rejected", (INVALID_INPUT,),
+                     Case({"codes": codes[:4], "scale": col, "zero": zrow[:4]}), "invalid")]
     return v
 
 
@@ -295,6 +332,8 @@ def pack_vectors() -> list[VectorSpec]:
                           Case({"codes": np.zeros((4, 2), np.int32)}, {"layout": "4bit_u8"}), "invalid"))
     out.append(VectorSpec("1-d codes are rejected (hqq packs [rows, columns])", (INVALID_INPUT, "HqqWeightShape"),
                           Case({"codes": np.zeros(8, np.uint8)}, {"layout": "4bit_u8"}), "invalid"))
+    out.append(VectorSpec("an unknown layout is rejected", (INVALID_INPUT,),
+                          Case({"codes": np.array([[4], [2]], np.uint8)}, {"layout": "5bit_u8"}), "invalid"))
     return out
 
 
@@ -311,6 +350,8 @@ def unpack_vectors() -> list[VectorSpec]:
                           Case({"packed": np.zeros((2, 2), np.int32)}, {"layout": "4bit_u8"}), "invalid"))
     out.append(VectorSpec("1-d words are rejected", (INVALID_INPUT, "HqqWeightShape"),
                           Case({"packed": np.zeros(4, np.int32)}, {"layout": "3bit_32"}), "invalid"))
+    out.append(VectorSpec("an unknown layout is rejected", (INVALID_INPUT,),
+                          Case({"packed": np.array([[0x42]], np.uint8)}, {"layout": "5bit_u8"}), "invalid"))
     return out
 
 

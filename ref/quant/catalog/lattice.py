@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ref.quant import lattice
 from ref.quant.catalog.common import AREA
 from ref.testing.catalog_types import Flag, seed_for
-from ref.testing.compare import compare_exact
+from ref.testing.compare import Comparison, compare_exact
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS"]
@@ -30,8 +30,11 @@ FLAGS = {
                        "coordinate, the D8 point over the coset's)", "an equally near but different lattice point"),
     "NearTie": Flag("distances compared in floating point: two candidates one float64 ulp apart look equal",
                     "the farther of two nearly equidistant points is returned"),
-    "LatticeShape": Flag("float16/float32 inputs, 1-d or 3-d stacks mishandled",
-                         "a crash, or an output of another shape or dtype"),
+    "LatticeShape": Flag("float16/float32 inputs, 1-d or 3-d stacks mishandled, or the output computed or "
+                         "returned in float32", "a crash, or an output of another shape or dtype (coordinates "
+                         "past 2^24 rounded)"),
+    "NarrowedInput": Flag("float64 coordinates rounded to float32 (or float16) before decoding",
+                          "a coordinate within a float32 rounding of a halfway point goes to the other integer"),
 }
 
 Q = 2.0**-6  # vector coordinates: integers times 2^-6
@@ -122,14 +125,29 @@ def _vectors(op: str, coset: bool) -> list[VectorSpec]:
                        Case({"x": np.stack([np.full(8, 0.5), np.full(8, -0.5), np.full(8, 0.5) + 2 * np.eye(8)[1]])})),
             VectorSpec("one float64 ulp from the D8/coset tie", ("NearTie",), Case({"x": _near_ties()})),
         ]
-    return specs + _shape_vectors(rng)
+    # Appended after the vectors above (their ids are named by engine xfails).
+    big = np.array([[2.0**40 + 1, 1, 0, 0, 0, 0, 0, 0],  # a D8 point: itself, past float32's 2^24
+                    [2.0**50 - 1, 0, 0, 0, 0, 0, 0, 0],  # odd sum: the first coordinate goes up, to 2^50
+                    [-(2.0**49) - 0.5, 0.25, 0, 0, 0, 0, 0, 0.125],  # halfway toward zero
+                    [2.0**33 + 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]])  # an E8 coset point
+    near = 0.5 + 2.0**-30  # float32 rounds it to the halfway 1/2 (toward zero: 0)
+    return specs + _shape_vectors(rng) + [
+        VectorSpec("coordinates up to 2^50 - 1: decoded and returned in float64", ("LatticeShape",),
+                   Case({"x": big})),
+        VectorSpec("1/2 + 2^-30: past halfway only in float64", ("NarrowedInput",),
+                   Case({"x": np.array([[near, near, 0, 0, 0, 0, 0, 0], [-near, 0, 0, 0, 0, 0, 0, near],
+                                        [1.5 + 2.0**-30, 1.5 + 2.0**-30, 0, 0, 0, 0, 0, 0]])})),
+        VectorSpec("a [2, 4] array (8 coordinates, but not a last axis of 8) is rejected", ("InvalidInput",),
+                   Case({"x": np.zeros((2, 4))}), "invalid"),
+    ]
 
 
 def _examples(supported):
     @st.composite
     def case(draw):
         n = draw(st.integers(0, 6), label="rows")
-        step = draw(st.sampled_from([0.25, 2.0**-4, 2.0**-10]), label="step")  # coarse steps: many ties
+        step = draw(st.sampled_from([0.25, 2.0**-4, 2.0**-10, 2.0**-30]), label="step")  # coarse steps: many ties
+        # (2^-30: finer than float32 near 1/2)
         ints = draw(st.lists(st.integers(-int(4 / step), int(4 / step)), min_size=8 * n, max_size=8 * n),
                     label="coordinates")
         dtype = draw(st.sampled_from([np.float64, np.float32, np.float16]), label="dtype")
@@ -142,13 +160,22 @@ def _flags(case: Case) -> tuple[str, ...]:
     return ("Random",)
 
 
+def _compare(expected, actual) -> Comparison:
+    """The float64 points exactly, and float64 itself (a float32 output can only hold them below 2^24)."""
+    dtype = np.asarray(actual).dtype
+    if dtype != np.float64:
+        size = np.size(expected)
+        return Comparison(False, size, size, np.inf, "", problem=f"dtype: expected float64, got {dtype}")
+    return compare_exact(expected, actual)
+
+
 OPERATIONS = [
     AREA.exact("e8.nearest", lattice.e8_nearest, anchor="e8-nearest",
                summary="x [..., 8] -> the nearest point of E8 = D8 u (D8 + 1/2), float64",
-               vectors=lambda: _vectors("quant.e8.nearest", True), examples=_examples, compare=compare_exact,
+               vectors=lambda: _vectors("quant.e8.nearest", True), examples=_examples, compare=_compare,
                case_flags=_flags),
     AREA.exact("d8.nearest", lattice.d8_nearest, anchor="e8-nearest",
                summary="x [..., 8] -> the nearest point of D8 (integers of even sum), float64",
-               vectors=lambda: _vectors("quant.d8.nearest", False), examples=_examples, compare=compare_exact,
+               vectors=lambda: _vectors("quant.d8.nearest", False), examples=_examples, compare=_compare,
                case_flags=_flags),
 ]
