@@ -162,12 +162,14 @@ def _matrix(n: int, source: str) -> np.ndarray:
     return (np.kron(small, h2) / math.sqrt(n)).astype(np.float32)
 
 
-def hadamard_transform(x, signs, *, source="quarot", inverse=False):
+def hadamard_transform(x, signs=None, *, source="quarot", inverse=False):
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"x: expected a float array [..., n] with n >= 1, got {x.dtype} {x.shape}")
     n = x.shape[-1]
-    s = np.asarray(signs)
+    s = np.ones(n, np.int8) if signs is None else np.asarray(signs)  # left out: all +1
+    if s.dtype.kind not in "iuf":  # a bool is not a sign, though True == 1
+        raise TypeError(f"signs: expected integers or floats of +-1, got {s.dtype}")
     if s.shape != (n,) or not np.isin(s, (-1, 1)).all():
         raise ValueError(f"signs: expected {n} entries of +-1, got {s.shape}")
     h = _matrix(n, source)
