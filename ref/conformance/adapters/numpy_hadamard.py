@@ -146,7 +146,7 @@ def _small(source: str, k: int) -> np.ndarray:
     return _paley1(_QUAROT_PALEY1.get(k, k - 1))  # 44 (SpinQuant): q = 43
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)  # every (n, source) of the vectors: about 70
 def _matrix(n: int, source: str) -> np.ndarray:
     """H_K (x) H_{2^m} / sqrt(n) in float32 (float64 products, rounded once)."""
     for k in _ORDERS[source] + (1,):
