@@ -117,7 +117,7 @@ def _compressed_tensors(k: int) -> np.ndarray:
     if prime_q:
         return _paley1(q)
     half = k // 2 - 1  # Paley II of a prime half - 1, or doubled from the file's own k / 2
-    if all(half % d for d in range(2, int(half ** 0.5) + 1)) and half % 4 == 1 and k not in (56, 112):
+    if all(half % d for d in range(2, int(half ** 0.5) + 1)) and half % 4 == 1:
         c, i = _conference(half), np.eye(k // 2, dtype=np.int64)
         return np.block([[c + i, c - i], [c - i, -c - i]])
     return _double(_compressed_tensors(k // 2))

@@ -2,7 +2,7 @@
 (spec/quant.md#hadamard), for n = 2^m and n = K * 2^m with the small matrices each
 library ships; quant.small_hadamard: those matrices (spec/quant.md#hadamard-matrices).
 
-  quant.hadamard_transform  x [..., n], signs [n] (+-1) -> y = H_n (signs * x) / sqrt(n)   [..., n]
+  quant.hadamard_transform  x [..., n], signs [n] (+-1; left out: all +1) -> y = H_n (signs * x) / sqrt(n)   [..., n]
   quant.small_hadamard      k (0-d integer) -> H_K [k, k] int8 (exact)
 
 Bounded: a kernel at precision P is judged against the float64 oracle by the error
