@@ -28,14 +28,16 @@ NAME = "compressed-tensors random-hadamard (CPU)"
 VERSION = f"compressed-tensors {CT_VERSION}, torch {torch.__version__}"
 
 
-def hadamard_transform(x, signs, *, source="compressed_tensors", inverse=False):
+def hadamard_transform(x, signs=None, *, source="compressed_tensors", inverse=False):
     if source != "compressed_tensors":
         raise NotImplementedError(f"compressed-tensors ships its own matrices only, not {source}'s")
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"x: expected a float array [..., n], got {x.dtype} {x.shape}")
     n = x.shape[-1]
-    s = np.asarray(signs)
+    s = np.ones(n, np.int8) if signs is None else np.asarray(signs)  # left out: all +1
+    if s.dtype.kind not in "iuf":  # the harness's check (the library draws its own signs): no bools
+        raise TypeError(f"signs: expected integers or floats of +-1, got {s.dtype}")
     if s.shape != (n,) or not np.isin(s, (-1, 1)).all():
         raise ValueError(f"signs: expected {n} entries of +-1, got {s.shape}")
     v = ct_hadamard._matmul_hadU(torch.diag(torch.tensor(np.array(s, np.float32))))  # [n, n]: raises for other n

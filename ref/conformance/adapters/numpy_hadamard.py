@@ -117,7 +117,7 @@ def _compressed_tensors(k: int) -> np.ndarray:
     if prime_q:
         return _paley1(q)
     half = k // 2 - 1  # Paley II of a prime half - 1, or doubled from the file's own k / 2
-    if all(half % d for d in range(2, int(half ** 0.5) + 1)) and half % 4 == 1 and k not in (56, 112):
+    if all(half % d for d in range(2, int(half ** 0.5) + 1)) and half % 4 == 1:
         c, i = _conference(half), np.eye(k // 2, dtype=np.int64)
         return np.block([[c + i, c - i], [c - i, -c - i]])
     return _double(_compressed_tensors(k // 2))
@@ -146,7 +146,7 @@ def _small(source: str, k: int) -> np.ndarray:
     return _paley1(_QUAROT_PALEY1.get(k, k - 1))  # 44 (SpinQuant): q = 43
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)  # every (n, source) of the vectors: about 70
 def _matrix(n: int, source: str) -> np.ndarray:
     """H_K (x) H_{2^m} / sqrt(n) in float32 (float64 products, rounded once)."""
     for k in _ORDERS[source] + (1,):
@@ -162,12 +162,14 @@ def _matrix(n: int, source: str) -> np.ndarray:
     return (np.kron(small, h2) / math.sqrt(n)).astype(np.float32)
 
 
-def hadamard_transform(x, signs, *, source="quarot", inverse=False):
+def hadamard_transform(x, signs=None, *, source="quarot", inverse=False):
     x = np.asarray(x)
     if x.dtype.kind != "f" or x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"x: expected a float array [..., n] with n >= 1, got {x.dtype} {x.shape}")
     n = x.shape[-1]
-    s = np.asarray(signs)
+    s = np.ones(n, np.int8) if signs is None else np.asarray(signs)  # left out: all +1
+    if s.dtype.kind not in "iuf":  # a bool is not a sign, though True == 1
+        raise TypeError(f"signs: expected integers or floats of +-1, got {s.dtype}")
     if s.shape != (n,) or not np.isin(s, (-1, 1)).all():
         raise ValueError(f"signs: expected {n} entries of +-1, got {s.shape}")
     h = _matrix(n, source)

@@ -2,7 +2,7 @@
 (spec/quant.md#hadamard), for n = 2^m and n = K * 2^m with the small matrices each
 library ships; quant.small_hadamard: those matrices (spec/quant.md#hadamard-matrices).
 
-  quant.hadamard_transform  x [..., n], signs [n] (+-1) -> y = H_n (signs * x) / sqrt(n)   [..., n]
+  quant.hadamard_transform  x [..., n], signs [n] (+-1; left out: all +1) -> y = H_n (signs * x) / sqrt(n)   [..., n]
   quant.small_hadamard      k (0-d integer) -> H_K [k, k] int8 (exact)
 
 Bounded: a kernel at precision P is judged against the float64 oracle by the error
@@ -45,6 +45,10 @@ FLAGS = {
                         "QuaRot's is meant, or the reverse), or a Paley matrix in another orientation",
                         "an orthogonal but different rotation: weights rotated offline by one and "
                         "activations online by the other do not cancel"),
+    "SignsDefault": Flag("signs left out read as anything but all +1 (refused, or random signs the kernel "
+                         "draws itself, as compressed-tensors' public random_hadamard_matrix does)",
+                         "the plain transform (QuaRot's online Hadamard before down_proj has no signs) "
+                         "cannot be called, or rotates by a matrix the weights were not folded with"),
 }
 
 SOURCE = Variant("source", hadamard.Source, "quarot",
@@ -73,7 +77,8 @@ def _vectors() -> list[VectorSpec]:
     specs = []
 
     def add(comment, flags, x, signs, result="valid", **params):
-        specs.append(VectorSpec(comment, tuple(flags), Case({"x": x, "signs": signs}, params), result))
+        inputs = {"x": x} if signs is None else {"x": x, "signs": signs}  # signs left out: all +1
+        specs.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
 
     for n in (2, 16, 256, 1024):
         add(f"power of two n = {n}, random signs", ("Unnormalized", "ButterflyStride", "SignsOrder"),
@@ -127,7 +132,43 @@ def _vectors() -> list[VectorSpec]:
             ("integer x: rejected", np.ones((1, 8), np.int32), _signs(rng, 8), {}),
             ("a 0-d x: rejected", np.float32(1), np.int8([1]), {})):
         add(comment, ("InvalidInput",), bad_x, bad_s, "invalid", **params)
+    _more_vectors(rng, add)
     return specs
+
+
+def _more_vectors(rng, add) -> None:
+    """Vectors added after the first 52 (ids stay put): the signs checked as +-1 of an
+    integer or float dtype, the signs left out, compressed-tensors' small orders reached
+    with m = 0 (n = 32 is its paley1(31), n = 20 Hall's 20, not QuaRot's), one order per
+    construction of its file, and the inverse under spinquant and compressed_tensors."""
+    x = _values(rng, (1, 4))
+    for comment, bad_s in (
+            ("a sign of 2: rejected (signs are +-1, not any nonzero number)", np.int8([1, 2, 1, -1])),
+            ("a sign of 0.5 (float signs): rejected", np.float32([1, 0.5, -1, 1])),
+            ("signs of shape [1, n]: rejected (not flattened)", np.int8([[1, -1, 1, 1]])),
+            ("boolean signs with a False: rejected (not read as +-1)", np.array([True, False, True, True])),
+            ("boolean signs, all True: rejected (a bool is not a sign, though True == 1)", np.ones(4, bool))):
+        add(comment, ("InvalidInput",), x, bad_s, "invalid")
+    add("signs left out: all +1 (the plain normalized transform)", ("SignsDefault",), _values(rng, (2, 24)), None,
+        source="quarot")
+    ct = "compressed_tensors"
+    add("compressed_tensors: n = 32 alone (m = 0): its had.32.pal = paley1(31), not Sylvester's H_32",
+        ("SmallMatrix", "SmallFactorSide", "SignsOrder"), _values(rng, (2, 32)), _signs(rng, 32), source=ct)
+    add("compressed_tensors: n = 20 alone (m = 0): Hall's 20, not QuaRot's paley1(19)",
+        ("SmallMatrix", "SmallFactorSide", "SignsOrder"), _values(rng, (2, 20)), _signs(rng, 20), source=ct)
+    for k, name in ((52, "QuaRot's .will rows"), (76, ".pal2"), (92, ".will"), (184, ".twill: sylvester of its 92"),
+                    (200, "the last plain .pal"), (208, ".twill doubled twice"), (236, ".od, Goethals-Seidel"),
+                    (244, ".will"), (248, ".twill")):
+        add(f"compressed_tensors: n = {k} alone, its H_{k} ({name})", ("SmallMatrix", "SmallFactorSide"),
+            _values(rng, (1, k)), _signs(rng, k), source=ct)
+    add("compressed_tensors: the inverse at n = 20 (Hall's 20 is not symmetric)", ("SmallFactorSide", "SignsOrder"),
+        _values(rng, (2, 20)), _signs(rng, 20), source=ct, inverse=True)
+    add("compressed_tensors: the inverse at n = 160 * 2 = 320 (its own K, not QuaRot's 40 * 8)",
+        ("SmallMatrix", "SmallFactorSide"), _values(rng, (2, 320)), _signs(rng, 320), source=ct, inverse=True)
+    add("spinquant: the inverse at n = 44 * 2 (paley1(43) is not symmetric)", ("SmallFactorSide", "SignsOrder"),
+        _values(rng, (2, 88)), _signs(rng, 88), source="spinquant", inverse=True)
+    add("spinquant: n = 12 * 4, its H_12 (QuaRot's, not fast-hadamard-transform's)", ("SmallMatrix", "KroneckerOrder"),
+        _values(rng, (2, 48)), _signs(rng, 48), source="spinquant")
 
 
 _SIZES = {s.value: sorted({k * 2 ** m for k in (1,) + hadamard.SMALL_ORDERS[s] for m in range(4) if k * 2 ** m <= 400})
@@ -169,6 +210,16 @@ def _small_vectors() -> list[VectorSpec]:
                                 Case({"k": np.int64(k)}, {"source": source}), "invalid"))
     specs.append(VectorSpec("a float k is rejected", ("InvalidInput",), Case({"k": np.float64(12)},
                                                                               {"source": "quarot"}), "invalid"))
+    # Added later (ids stay put): every other order of compressed-tensors' file (one per
+    # construction at least: 2, .syl, .pal to 200, .pal2, .tpal, .will, .twill, .od, 256),
+    # and SpinQuant's whole list (QuaRot's bytes under its own name, and 1).
+    ct = hadamard.Source.COMPRESSED_TENSORS
+    for source, orders in ((ct, [k for k in hadamard.SMALL_ORDERS[ct] if k not in _CT_PICKS[:-1]]),
+                           (hadamard.Source.SPINQUANT, [1] + [k for k in hadamard.SMALL_ORDERS[hadamard.Source.SPINQUANT]
+                                                             if k != 44])):
+        for k in orders:
+            specs.append(VectorSpec(f"{source.value}: H_{k}", ("SmallMatrix",),
+                                    Case({"k": np.int64(k)}, {"source": source.value})))
     return specs
 
 
