@@ -49,7 +49,6 @@ import enum
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import linalg
 
 from ref.arguments import boolean, integer, member, real
 from ref.quant import rtn
@@ -95,12 +94,15 @@ def dampen(h: NDArray, percdamp: float) -> NDArray:
 
 
 def inverse_cholesky(h: NDArray) -> NDArray:
-    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite)."""
+    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite):
+    H = L L^T, H^-1 = L^-T L^-1 (the reference's cholesky_inverse), then its upper
+    Cholesky factor."""
     try:
-        lower = linalg.cholesky(h, lower=True)  # H = L L^T
-        hinv = linalg.cho_solve((lower, True), np.eye(h.shape[0]))  # H^-1
-        return linalg.cholesky((hinv + hinv.T) / 2, lower=False)  # H^-1 = U^T U
-    except linalg.LinAlgError as e:
+        lower = np.linalg.cholesky(h)  # H = L L^T
+        linv = np.tril(np.linalg.inv(lower))  # L^-1, lower triangular
+        hinv = linv.T @ linv  # H^-1, symmetric by construction
+        return np.linalg.cholesky(hinv).T  # H^-1 = U^T U
+    except np.linalg.LinAlgError as e:
         raise ValueError(f"hessian: not positive definite after dampening ({e})") from None
 
 

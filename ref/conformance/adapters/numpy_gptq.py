@@ -96,6 +96,25 @@ def visit_order(h: np.ndarray, act_order: bool) -> np.ndarray:
     return np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(h.shape[0])
 
 
+def drop_dead(w: np.ndarray, h: np.ndarray) -> None:
+    """Dead columns (H_ii = 0, never activated): their weights zeroed, H_ii set to 1."""
+    dead = np.diag(h) == 0
+    w[:, dead] = 0
+    h[dead, dead] = 1
+
+
+def group_index(position: np.ndarray, dynamic: bool, g: int) -> np.ndarray:
+    """Each original column's group: its visiting position's run for dynamic groups,
+    its own index's otherwise (static groups are fixed before the visit)."""
+    return (position if dynamic else np.arange(position.size)) // g
+
+
+def column_loss(w: np.ndarray, q: np.ndarray, d: np.float32) -> np.ndarray:
+    """(w - q)^2 / d^2 / 2 per row."""
+    err = (w - q) / d
+    return err * err / F(2)
+
+
 def feedback(w: np.ndarray, err: np.ndarray, u_row: np.ndarray, j: int) -> None:
     """The error of column j carried into every later column."""
     w[:, j + 1:] -= np.outer(err, u_row[j + 1:]).astype(F)
@@ -125,16 +144,14 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
     zeros = np.zeros((rows, ngroups), F)
     if group == -1:
         scales[:, 0], zeros[:, 0] = minmax_params(w, bits, scheme, search)
-    dead = np.diag(h) == 0
-    w[:, dead] = 0
-    h[dead, dead] = 1
+    drop_dead(w, h)
     if group != -1 and group_params == "static":
         for k in range(ngroups):
             scales[:, k], zeros[:, k] = minmax_params(w[:, k * g:(k + 1) * g], bits, scheme, search)
     perm = visit_order(h, act_order)
     dynamic = group != -1 and group_params != "static"
     position = np.argsort(perm)
-    g_idx = (position if dynamic else np.arange(cols)) // g
+    g_idx = group_index(position, dynamic, g)
     w = w[:, perm]
     u = upper_inverse_factor(damped(h[np.ix_(perm, perm)], percdamp))
     codes = np.zeros((rows, cols), np.int64)
@@ -148,9 +165,8 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
             scales[:, j // g], zeros[:, j // g] = minmax_params(current, bits, scheme, search)
         k = g_idx[perm[j]]
         codes[:, j], q = round_column(w[:, j], scales[:, k], zeros[:, k], bits)
-        err = (w[:, j] - q) / u[j, j]
-        losses += err * err / F(2)
-        feedback(w, err, u[j], j)
+        losses += column_loss(w[:, j], q, u[j, j])
+        feedback(w, (w[:, j] - q) / u[j, j], u[j], j)
     return (codes[:, position], scales, zeros.astype(np.int64), g_idx.astype(np.int64), losses)
 
 
