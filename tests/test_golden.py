@@ -3,6 +3,7 @@ that uses nothing of ref (as a C++ or Rust test would)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -377,6 +378,7 @@ def test_a_stateful_op_is_one_json_document_of_traces(tmp_path, monkeypatch):
     class Toy(Operation):
         kind: ClassVar[Kind] = Kind.STATEFUL
 
+    flags()  # the real catalog loaded (and cached) before the stand-in below replaces the stateful module
     op = Toy(name="toy.counter", oracle=lambda: None, summary="a counter", spec="spec/conformance.md",
              vectors=lambda: [], examples=lambda supported: None)
     problems: list[str] = []
@@ -388,6 +390,7 @@ def test_a_stateful_op_is_one_json_document_of_traces(tmp_path, monkeypatch):
     stand_in.check_trace_document = lambda op, doc: list(problems)
     monkeypatch.setitem(sys.modules, "ref.testing.stateful", stand_in)
     monkeypatch.setattr(regenerate, "discover", lambda: {op.name: op})
+    monkeypatch.setattr(regenerate, "artifacts", dict)
 
     assert regenerate.write(tmp_path) == ["toy/counter.json", "manifest.json"]
     manifest = load_manifest(tmp_path)
@@ -402,3 +405,38 @@ def test_a_stateful_op_is_one_json_document_of_traces(tmp_path, monkeypatch):
     (tmp_path / "toy/counter.json").write_bytes(dump_json(doc))
     assert regenerate.check(tmp_path) == ["toy/counter.json: sha256 differs from the manifest (edited by hand?)",
                                           "toy/counter.json: trace 1, step 2: expected 2, the oracle observes 3"]
+
+
+def test_an_areas_extra_files_are_written_listed_and_checked_byte_for_byte(tmp_path, monkeypatch):
+    """`FILES` of a catalog package (packed checkpoints): written under the area's
+    folder, listed with their sha256, and a changed generator or a hand edit is named."""
+    files = {"toy/ckpt/layer.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "}
+    monkeypatch.setattr(regenerate, "discover", dict)
+    monkeypatch.setattr(regenerate, "artifacts", lambda: dict(files))
+    assert regenerate.write(tmp_path) == ["toy/ckpt/layer.safetensors", "manifest.json"]
+    assert load_manifest(tmp_path)["files"] == {
+        "toy/ckpt/layer.safetensors": hashlib.sha256(files["toy/ckpt/layer.safetensors"]).hexdigest()}
+    assert regenerate.check(tmp_path) == []
+    files["toy/ckpt/layer.safetensors"] = files["toy/ckpt/layer.safetensors"][:-1] + b"!"
+    assert regenerate.check(tmp_path) == ["toy/ckpt/layer.safetensors: differs from the file its generator writes"]
+    files["toy/ckpt/other.safetensors"] = b"new"
+    assert "toy/ckpt/other.safetensors: not in the manifest (run `python -m ref golden --write`)" in regenerate.check(tmp_path)
+    (tmp_path / "toy/ckpt/layer.safetensors").write_bytes(b"edited")
+    assert "toy/ckpt/layer.safetensors: sha256 differs from the manifest (edited by hand?)" in regenerate.check(tmp_path)
+
+
+def test_extra_files_must_be_relative_names_mapped_to_bytes(monkeypatch):
+    import types
+
+    from ref.conformance import catalog
+
+    module = types.ModuleType("ref.toy.catalog")
+    module.FILES = lambda: {"../escape.bin": b""}
+    monkeypatch.setattr(catalog, "_area_modules", lambda: [module])
+    with pytest.raises(ValueError, match="ref.toy.catalog.FILES: '../escape.bin' must be a relative name"):
+        catalog.artifacts()
+    module.FILES = lambda: {"a.bin": "text"}
+    with pytest.raises(ValueError, match="'a.bin' must be a relative name mapped to bytes"):
+        catalog.artifacts()
+    module.FILES = lambda: {"b.bin": b"ok"}
+    assert catalog.artifacts() == {"toy/b.bin": b"ok"}

@@ -25,7 +25,11 @@ from corpus import (
     formats_impls,
     groups_layouts,
     kernel_bugs,
+    quant_awq,
     quant_gptq,
+    quant_hadamard,
+    quant_hqq,
+    quant_lattice,
     quant_rtn,
     roofline_impls,
     specdec_rejection,
@@ -78,6 +82,14 @@ def _entries():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
     for name, (op, flag, _) in specdec_rejection.REJECTION_BUGS.items():
         out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_awq.AWQ_BUGS.items():
+        out["AWQ_BUGS", name] = (lambda n=name: quant_awq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
+        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_hqq.HQQ_BUGS.items():
+        out["HQQ_BUGS", name] = (lambda n=name: quant_hqq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_hadamard.HADAMARD_BUGS.items():
+        out["HADAMARD_BUGS", name] = (lambda n=name: quant_hadamard.bug(n), flag, [op])
     for name, (op, flag, _) in {**quant_rtn.RTN_BUGS, **quant_rtn.PACK_BUGS}.items():
         out["RTN_BUGS" if name in quant_rtn.RTN_BUGS else "PACK_BUGS", name] = (
             lambda n=name: quant_rtn.bug(n), flag, [op])
@@ -94,7 +106,13 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
               "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"},
-              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"}, "quant_gptq": {"GPTQ_BUGS"}}
+              "quant_lattice": {"LATTICE_BUGS"},
+              "quant_hqq": {"HQQ_BUGS"},
+              "quant_hadamard": {"HADAMARD_BUGS"},
+              "quant_awq": {"AWQ_BUGS"},
+              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"},
+              "quant_gptq": {"GPTQ_BUGS"},
+              }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).

@@ -4,7 +4,10 @@ Each area declares its operations in a package `ref/<area>/catalog/` (one module
 technique) whose `__init__` gathers `OPERATIONS` (a sequence of operations, one type
 per kind: ref.testing.catalog_types) and `FLAGS` (flag name -> `Flag`); `discover()`
 finds those packages, so adding a technique never touches a central list. (An area
-not yet moved may still declare in `ref/<area>/ops.py`.)
+not yet moved may still declare in `ref/<area>/ops.py`.) A catalog package may also
+define `FILES`, a callable returning golden files that are not vectors (relative
+name -> bytes, deterministic: packed checkpoints a loader is checked against);
+`artifacts()` gathers them under their area's folder.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from ref.conformance.judges import runnable_kinds
 from ref.testing.catalog_types import Flag, Operation
 
-__all__ = ["discover", "flags"]
+__all__ = ["artifacts", "discover", "flags"]
 
 
 FRAMEWORK = ("conformance", "testing")  # packages of ref/ that are not technique areas
@@ -59,6 +62,21 @@ def _load() -> tuple[dict[str, Operation], dict[str, Flag]]:
                 raise ValueError(f"operation {op.name!r}: the runner has no judge for kind {op.kind.value!r} yet")
             ops[op.name] = op
     return ops, notes
+
+
+def artifacts() -> dict[str, bytes]:
+    """Every area's extra golden files (`FILES`), keyed by "<area>/<name>"."""
+    out: dict[str, bytes] = {}
+    for module in _area_modules():
+        files = getattr(module, "FILES", None)
+        if files is None:
+            continue
+        area = module.__name__.split(".")[1]
+        for name, data in files().items():
+            if not isinstance(data, bytes) or name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"{module.__name__}.FILES: {name!r} must be a relative name mapped to bytes")
+            out[f"{area}/{name}"] = data
+    return dict(sorted(out.items()))
 
 
 def discover() -> dict[str, Operation]:

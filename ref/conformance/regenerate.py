@@ -15,6 +15,10 @@ The rule (spec/conformance.md, "Regenerating and checking"):
   to the fresh one (the same JSON; in the NPZ, inputs and exact outputs byte for byte,
   bounded outputs within the golden bound), so files do not churn with the machine.
 
+An area's extra files (`ref.conformance.catalog.artifacts()`: packed checkpoints, say)
+are written as they come and checked byte for byte: they are built from exact
+integers and bit patterns, so every machine regenerates the same bytes.
+
 A stateful op's document is all JSON (traces of calls and observations, no arrays):
 ref.testing.stateful writes it (`trace_document`) and replays a stored one
 (`check_trace_document`).
@@ -31,7 +35,7 @@ from typing import Any
 import numpy as np
 
 import ref
-from ref.conformance.catalog import discover, flags
+from ref.conformance.catalog import artifacts, discover, flags
 from ref.testing.bounded import Bound, compare_bounded
 from ref.testing.catalog_types import Kind, Operation
 from ref.testing.vector_files import (
@@ -234,6 +238,10 @@ def write(directory: Path | None = None) -> list[str]:
         groups[op.name] = (path, arrays is not None, _count(json.loads(doc)), op.seed)
         for p in (path, path[:-5] + ".npz") if arrays is not None else (path,):
             files[p] = sha256_file(directory / p)
+    for rel, data in artifacts().items():
+        (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+        _write_bytes(directory / rel, data)
+        files[rel] = sha256_file(directory / rel)
     for stale in directory.rglob("*"):
         rel = stale.relative_to(directory).as_posix()
         if stale.is_file() and rel not in files and rel != "manifest.json":
@@ -272,6 +280,11 @@ def check(directory: Path | None = None) -> list[str]:
             problems.append(f"{rel}: {op.name} has no golden vectors (run `python -m ref golden --write`)")
             continue
         problems += _check_group(directory, rel, op, json.loads(doc), arrays)
+    for rel, data in artifacts().items():
+        if rel not in manifest["files"]:
+            problems.append(f"{rel}: not in the manifest (run `python -m ref golden --write`)")
+        elif (directory / rel).is_file() and (directory / rel).read_bytes() != data:
+            problems.append(f"{rel}: differs from the file its generator writes")
     if manifest.get("notes") != _manifest({}, {})["notes"]:
         problems.append("manifest.json: the notes table differs from the catalog's flags")
     return problems

@@ -186,7 +186,7 @@ def gptq(w: ArrayLike, hessian: ArrayLike, *, bits: int = 4, group: int = -1,
                     _current(w, w1, err1, u, i1, i2, j, j + g)  # [rows, g]
                 scales[:, j // g], zeros[:, j // g] = _params(current, quant)
             k = col_group[j]
-            codes[:, j], q = _round(w1[:, i], scales[:, k], zeros[:, k], bits)  # [rows] each
+            codes[:, j], q = _round(w1[:, i], scales[:, k], zeros[:, k], bits, scheme)  # [rows] each
             d = u[j, j]
             err1[:, i] = (w1[:, i] - q) / d
             losses += (w1[:, i] - q) ** 2 / d**2 / 2
@@ -204,10 +204,13 @@ def _params(w: NDArray, quant: dict) -> tuple[NDArray, NDArray]:
     return find(w.astype(np.float32), **quant)
 
 
-def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int) -> tuple[NDArray, NDArray]:
+def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int, scheme: rtn.Scheme) -> tuple[NDArray, NDArray]:
     """(codes, dequantized weights in float64) of one column w [rows]: the float32 RTN
-    codec applied to the current weights rounded to float32."""
-    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits)  # [rows, 1]
+    codec applied to the current weights rounded to float32 (compressed-tensors'
+    asymmetric scheme adds its zero point before rounding, as llm-compressor does)."""
+    before = scheme is rtn.Scheme.ASYMMETRIC_COMPRESSED_TENSORS
+    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits,
+                         zero_before_rounding=before)  # [rows, 1]
     return codes[:, 0], rtn.dequantize(codes, scale[:, None], zero[:, None])[:, 0].astype(F64)
 
 

@@ -31,7 +31,7 @@ def adjusted_range(w: np.ndarray, scheme: str) -> tuple[np.ndarray, np.ndarray]:
     if scheme == "symmetric":
         hi = np.maximum(-lo, hi)
         lo = np.where(lo < 0, -hi, lo)
-    if scheme in ("asymmetric", "symmetric"):
+    if scheme in ("asymmetric", "symmetric"):  # not compressed-tensors' schemes
         flat = (lo == 0) & (hi == 0)
         lo, hi = np.where(flat, F(-1), lo), np.where(flat, F(1), hi)
     return lo.astype(F), hi.astype(F)
@@ -42,6 +42,12 @@ def range_params(lo: np.ndarray, hi: np.ndarray, bits: int, scheme: str) -> tupl
     maxq = F((1 << bits) - 1)
     half = F(1 << (bits - 1))
     amax = np.maximum(-lo, hi)
+    if scheme == "asymmetric_compressed_tensors":  # the signed zero point from the raw scale, 0 / 0 -> 0
+        raw = ((hi - lo) / maxq).astype(F)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            signed = np.clip((-half - (lo / raw).astype(F)).astype(F), -half, half - F(1))
+        zero = np.rint(np.where(np.isnan(signed), F(0), signed)) + half
+        return np.maximum(raw, np.finfo(F).tiny).astype(F), zero.astype(F)
     if scheme in ("asymmetric", "symmetric"):
         scale = ((hi - lo) / maxq).astype(F)
     elif scheme == "symmetric_compressed_tensors":
@@ -65,16 +71,23 @@ def minmax_params(w: np.ndarray, bits: int, scheme: str, search: str = "minmax")
     for i in range(80):
         p = F(1 - i / 100)
         s1, z1 = range_params((p * lo).astype(F), (p * hi).astype(F), bits, scheme)
-        _, fake = round_column(w, s1[:, None], z1[:, None], bits)
+        _, fake = round_column(w, s1[:, None], z1[:, None], bits, scheme)
         err = (np.abs(fake.astype(np.float64) - w) ** 2.4).sum(axis=1)
         better = err < best
         best[better], scale[better], zero[better] = err[better], s1[better], z1[better]
     return scale, zero
 
 
-def round_column(w: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, dequantized values) of one column w [rows]."""
-    code = np.clip(np.rint((w / scale).astype(F)) + zero, 0, (1 << bits) - 1)
+def round_column(w: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int,
+                 scheme: str = "asymmetric") -> tuple[np.ndarray, np.ndarray]:
+    """(codes, dequantized values) of one column w [rows]; compressed-tensors' asymmetric
+    scheme adds its signed zero point before rounding."""
+    x = (w / scale).astype(F)
+    if scheme == "asymmetric_compressed_tensors":
+        half = F(1 << (bits - 1))
+        code = np.clip(np.rint((x + (zero - half)).astype(F)) + half, 0, (1 << bits) - 1)
+    else:
+        code = np.clip(np.rint(x) + zero, 0, (1 << bits) - 1)
     return code.astype(np.int64), (scale * (code - zero)).astype(F)
 
 
@@ -164,7 +177,7 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
             current = snapshot[:, j:j + g] if group_params == "block_start" else w[:, j:j + g]
             scales[:, j // g], zeros[:, j // g] = minmax_params(current, bits, scheme, search)
         k = g_idx[perm[j]]
-        codes[:, j], q = round_column(w[:, j], scales[:, k], zeros[:, k], bits)
+        codes[:, j], q = round_column(w[:, j], scales[:, k], zeros[:, k], bits, scheme)
         losses += column_loss(w[:, j], q, u[j, j])
         feedback(w, (w[:, j] - q) / u[j, j], u[j], j)
     return (codes[:, position], scales, zeros.astype(np.int64), g_idx.astype(np.int64), losses)
@@ -172,6 +185,7 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
 
 OPS = {"quant.gptq": gptq}
 VARIANTS = {"quant.gptq": {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 8],
-                           "scheme": ["asymmetric", "symmetric", "symmetric_compressed_tensors", "symmetric_restricted"],
+                           "scheme": ["asymmetric", "asymmetric_compressed_tensors", "symmetric",
+                                      "symmetric_compressed_tensors", "symmetric_restricted"],
                            "search": ["minmax", "mse"], "act_order": [False, True],
                            "group_params": ["dynamic", "static", "block_start"], "blocksize": [128, 64, 32, 16, 8, 1]}}
