@@ -62,6 +62,7 @@ F64 = np.float64
 class GroupParams(enum.Enum):
     DYNAMIC = "dynamic"  # at each group's first column, from the updated weights (reference default)
     STATIC = "static"  # from the weights before GPTQ, original column order (static_groups)
+    STATIC_PERMUTED = "static_permuted"  # before GPTQ, groups of visited columns (llm-compressor actorder=group)
     BLOCK_START = "block_start"  # the reference code: from the weights as the lazy block found them
 
 
@@ -168,8 +169,11 @@ def gptq(w: ArrayLike, hessian: ArrayLike, *, bits: int = 4, group: int = -1,
     if group_params is GroupParams.STATIC and group != -1:
         scales[:], zeros[:] = _params(w.reshape(rows, ngroups, g), quant)
     perm = order(h, act_order)  # [cols]: permuted column j is original column perm[j]
-    dynamic = group != -1 and group_params is not GroupParams.STATIC
-    g_idx = (np.argsort(perm) if dynamic else np.arange(cols)) // g  # [cols], original order
+    if group_params is GroupParams.STATIC_PERMUTED and group != -1:
+        scales[:], zeros[:] = _params(w[:, perm].reshape(rows, ngroups, g), quant)
+    dynamic = group != -1 and group_params not in (GroupParams.STATIC, GroupParams.STATIC_PERMUTED)
+    visited_groups = group != -1 and group_params is not GroupParams.STATIC
+    g_idx = (np.argsort(perm) if visited_groups else np.arange(cols)) // g  # [cols], original order
     col_group = g_idx[perm]  # [cols]: the group of permuted column j
     w, h = w[:, perm], h[np.ix_(perm, perm)]
     u = inverse_cholesky(dampen(h, percdamp))  # [cols, cols] upper

@@ -116,6 +116,8 @@ GPTQ_BUGS = {
                                                                                   _g_idx_original)),
     "static group params where dynamic are declared": (OP, "GroupParams", _with_group_params("dynamic", "static")),
     "dynamic group params where static are declared": (OP, "GroupParams", _with_group_params("static", "dynamic")),
+    "static groups in original order where groups of visited columns are declared": (OP, "GroupParams", _with_group_params(
+        "static_permuted", "static")),
     "the reference's block-start params where dynamic are declared": (OP, "GroupParams", _with_group_params(
         "dynamic", "block_start")),
     "feedback only inside the lazy block (no trailing update)": (OP, "BlockUpdate", _block_only),

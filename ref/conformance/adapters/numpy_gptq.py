@@ -162,9 +162,12 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
         for k in range(ngroups):
             scales[:, k], zeros[:, k] = minmax_params(w[:, k * g:(k + 1) * g], bits, scheme, search)
     perm = visit_order(h, act_order)
-    dynamic = group != -1 and group_params != "static"
+    if group != -1 and group_params == "static_permuted":  # fixed first, on groups of visited columns
+        for k in range(ngroups):
+            scales[:, k], zeros[:, k] = minmax_params(w[:, perm[k * g:(k + 1) * g]], bits, scheme, search)
+    dynamic = group != -1 and group_params in ("dynamic", "block_start")
     position = np.argsort(perm)
-    g_idx = group_index(position, dynamic, g)
+    g_idx = group_index(position, group != -1 and group_params != "static", g)
     w = w[:, perm]
     u = upper_inverse_factor(damped(h[np.ix_(perm, perm)], percdamp))
     codes = np.zeros((rows, cols), np.int64)
@@ -188,4 +191,4 @@ VARIANTS = {"quant.gptq": {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 
                            "scheme": ["asymmetric", "asymmetric_compressed_tensors", "symmetric",
                                       "symmetric_compressed_tensors", "symmetric_restricted"],
                            "search": ["minmax", "mse"], "act_order": [False, True],
-                           "group_params": ["dynamic", "static", "block_start"], "blocksize": [128, 64, 32, 16, 8, 1]}}
+                           "group_params": ["dynamic", "static", "block_start", "static_permuted"], "blocksize": [128, 64, 32, 16, 8, 1]}}
