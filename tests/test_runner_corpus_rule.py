@@ -27,6 +27,7 @@ from corpus import (
     kernel_bugs,
     quant_awq,
     quant_gemm,
+    quant_gptq,
     quant_hadamard,
     quant_hqq,
     quant_lattice,
@@ -95,6 +96,8 @@ def _entries():
             lambda n=name: quant_rtn.bug(n), flag, [op])
     for name, (op, flag, _) in quant_gemm.GEMM_BUGS.items():
         out["GEMM_BUGS", name] = (lambda n=name: quant_gemm.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_gptq.GPTQ_BUGS.items():
+        out["GPTQ_BUGS", name] = (lambda n=name: quant_gptq.bug(n), flag, [op])
     return out
 
 
@@ -112,6 +115,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "quant_awq": {"AWQ_BUGS"},
               "quant_rtn": {"RTN_BUGS", "PACK_BUGS"},
               "quant_gemm": {"GEMM_BUGS"},
+              "quant_gptq": {"GPTQ_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
@@ -136,6 +140,8 @@ def _params():
         marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
         if key[0] in ("RTN_BUGS", "PACK_BUGS") and key[1] not in quant_rtn.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # about 0.5 s each: the issue's own entries stay in the default profile
+        if key[0] == "GPTQ_BUGS":
+            marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
 
 

@@ -49,7 +49,8 @@ import enum
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import linalg
+
+from scipy.linalg import lapack
 
 from ref.arguments import boolean, integer, member, real
 from ref.quant import rtn
@@ -58,11 +59,13 @@ __all__ = ["BITS", "GroupParams", "dampen", "gptq", "hessian", "inverse_cholesky
 
 BITS = (2, 3, 4, 8)
 F64 = np.float64
+SUB_BLOCK = 16  # columns per rank-1 run inside a lazy block (a GEMM at each one's end): speed only
 
 
 class GroupParams(enum.Enum):
     DYNAMIC = "dynamic"  # at each group's first column, from the updated weights (reference default)
     STATIC = "static"  # from the weights before GPTQ, original column order (static_groups)
+    STATIC_PERMUTED = "static_permuted"  # before GPTQ, groups of visited columns (llm-compressor actorder=group)
     BLOCK_START = "block_start"  # the reference code: from the weights as the lazy block found them
 
 
@@ -95,13 +98,17 @@ def dampen(h: NDArray, percdamp: float) -> NDArray:
 
 
 def inverse_cholesky(h: NDArray) -> NDArray:
-    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite)."""
+    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite),
+    from one Cholesky factorization and one triangular inverse: with J the reversal,
+    J H J = M M^T (M lower), and U = J M^-1 J, since U^T U = J M^-T M^-1 J = (J M M^T J)^-1.
+    The same U as the reference's cholesky, cholesky_inverse and upper cholesky (the
+    factor is unique), at a third of the LAPACK work."""
     try:
-        lower = linalg.cholesky(h, lower=True)  # H = L L^T
-        hinv = linalg.cho_solve((lower, True), np.eye(h.shape[0]))  # H^-1
-        return linalg.cholesky((hinv + hinv.T) / 2, lower=False)  # H^-1 = U^T U
-    except linalg.LinAlgError as e:
+        m = np.linalg.cholesky(h[::-1, ::-1])  # J H J = M M^T
+    except np.linalg.LinAlgError as e:
         raise ValueError(f"hessian: not positive definite after dampening ({e})") from None
+    minv, _ = lapack.dtrtri(m, lower=1)  # M^-1, lower triangular
+    return np.ascontiguousarray(minv[::-1, ::-1])  # J M^-1 J: upper
 
 
 def order(h: NDArray, act_order: bool) -> NDArray[np.int64]:
@@ -166,30 +173,35 @@ def gptq(w: ArrayLike, hessian: ArrayLike, *, bits: int = 4, group: int = -1,
     if group_params is GroupParams.STATIC and group != -1:
         scales[:], zeros[:] = _params(w.reshape(rows, ngroups, g), quant)
     perm = order(h, act_order)  # [cols]: permuted column j is original column perm[j]
-    dynamic = group != -1 and group_params is not GroupParams.STATIC
-    g_idx = (np.argsort(perm) if dynamic else np.arange(cols)) // g  # [cols], original order
+    if group_params is GroupParams.STATIC_PERMUTED and group != -1:
+        scales[:], zeros[:] = _params(w[:, perm].reshape(rows, ngroups, g), quant)
+    dynamic = group != -1 and group_params not in (GroupParams.STATIC, GroupParams.STATIC_PERMUTED)
+    visited_groups = group != -1 and group_params is not GroupParams.STATIC
+    g_idx = (np.argsort(perm) if visited_groups else np.arange(cols)) // g  # [cols], original order
     col_group = g_idx[perm]  # [cols]: the group of permuted column j
-    w, h = w[:, perm], h[np.ix_(perm, perm)]
-    u = inverse_cholesky(dampen(h, percdamp))  # [cols, cols] upper
-    codes = np.zeros((rows, cols), dtype=np.int64)  # permuted order
+    wt = np.ascontiguousarray(w[:, perm].T)  # [cols, rows]: visited column j is row j
+    u = inverse_cholesky(dampen(h[np.ix_(perm, perm)], percdamp))  # [cols, cols] upper
+    codes = np.zeros((cols, rows), dtype=np.int64)  # visiting order
     losses = np.zeros(rows)
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
-        w1 = w[:, i1:i2].copy()  # [rows, b]: the block, updated column by column
-        err1 = np.zeros_like(w1)  # [rows, b]
-        for i in range(i2 - i1):
-            j = i1 + i
-            if dynamic and j % g == 0:
-                current = w[:, j:j + g] if group_params is GroupParams.BLOCK_START else \
-                    _current(w, w1, err1, u, i1, i2, j, j + g)  # [rows, g]
-                scales[:, j // g], zeros[:, j // g] = _params(current, quant)
-            k = col_group[j]
-            codes[:, j], q = _round(w1[:, i], scales[:, k], zeros[:, k], bits)  # [rows] each
-            d = u[j, j]
-            err1[:, i] = (w1[:, i] - q) / d
-            losses += (w1[:, i] - q) ** 2 / d**2 / 2
-            w1[:, i + 1:] -= np.outer(err1[:, i], u[j, j + 1:i2])
-        w[:, i2:] -= err1 @ u[i1:i2, i2:]  # the lazy update of the trailing columns
+        err = np.zeros((i2 - i1, rows))  # [b, rows]: the block's errors (w - q) / d
+        start = wt[i1:i2 + g].copy() if dynamic and group_params is GroupParams.BLOCK_START else None
+        for k1, k2 in _sub_blocks(i1, i2, g if dynamic else cols):
+            for j in range(k1, k2):
+                if dynamic and j % g == 0:
+                    current = start[j - i1:j - i1 + g] if start is not None else \
+                        _current(wt, err, u, i1, i2, j, j + g)  # [g, rows]
+                    scales[:, j // g], zeros[:, j // g] = _params(np.ascontiguousarray(current.T), quant)
+                k = col_group[j]
+                codes[j], q = _round(wt[j], scales[:, k], zeros[:, k], bits, scheme)  # [rows] each
+                d = u[j, j]
+                err[j - i1] = (wt[j] - q) / d
+                losses += (wt[j] - q) ** 2 / d**2 / 2
+                wt[j + 1:k2] -= np.outer(u[j, j + 1:k2], err[j - i1])  # inside the sub-block
+            wt[k2:i2] -= u[k1:k2, k2:i2].T @ err[k1 - i1:k2 - i1]  # the rest of the block
+        wt[i2:] -= u[i1:i2, i2:].T @ err  # the lazy update of the trailing columns
+    codes = codes.T
     codes = codes[:, np.argsort(perm)]
     return codes, scales, zeros.astype(np.int64), g_idx.astype(np.int64), losses.astype(np.float32)
 
@@ -202,20 +214,32 @@ def _params(w: NDArray, quant: dict) -> tuple[NDArray, NDArray]:
     return find(w.astype(np.float32), **quant)
 
 
-def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int) -> tuple[NDArray, NDArray]:
+def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int, scheme: rtn.Scheme) -> tuple[NDArray, NDArray]:
     """(codes, dequantized weights in float64) of one column w [rows]: the float32 RTN
-    codec applied to the current weights rounded to float32."""
-    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits)  # [rows, 1]
+    codec applied to the current weights rounded to float32 (compressed-tensors'
+    asymmetric scheme adds its zero point before rounding, as llm-compressor does)."""
+    before = scheme is rtn.Scheme.ASYMMETRIC_COMPRESSED_TENSORS
+    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits,
+                         zero_before_rounding=before)  # [rows, 1]
     return codes[:, 0], rtn.dequantize(codes, scale[:, None], zero[:, None])[:, 0].astype(F64)
 
 
-def _current(w, w1, err1, u, i1, i2, c1, c2) -> NDArray:
-    """Columns c1..c2 of the weights as the feedback has updated them so far: inside the
-    block w1, past it w less the block's pending updates (so the lazy block size does
-    not change a group's parameters)."""
-    inside = w1[:, c1 - i1:min(c2, i2) - i1]  # [rows, <= g]
+def _sub_blocks(i1: int, i2: int, g: int) -> list[tuple[int, int]]:
+    """The block's runs of at most SUB_BLOCK columns, cut also where a group starts (so
+    its first column sees every update before it)."""
+    runs, k1 = [], i1
+    while k1 < i2:
+        k2 = min(k1 + SUB_BLOCK, i2, (k1 // g + 1) * g)
+        runs.append((k1, k2))
+        k1 = k2
+    return runs
+
+
+def _current(wt, err, u, i1, i2, c1, c2) -> NDArray:
+    """Visited columns c1..c2 [g, rows] as the feedback has updated them so far: inside
+    the block they are (c1 starts a sub-block), past it the block's pending updates are
+    applied, so the lazy block sizes do not change a group's parameters."""
     if c2 <= i2:
-        return inside
-    n = c1 - i1  # the block's columns quantized so far
-    beyond = w[:, i2:c2] - err1[:, :n] @ u[i1:c1, i2:c2]  # [rows, c2 - i2]
-    return np.concatenate([inside, beyond], axis=1)
+        return wt[c1:c2]
+    beyond = wt[i2:c2] - u[i1:c1, i2:c2].T @ err[:c1 - i1]  # [c2 - i2, rows]
+    return np.concatenate([wt[c1:i2], beyond])

@@ -41,7 +41,9 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_quant_packing`: GPTQ, AWQ and compressed-tensors words built from Python
   integers (one big integer per run of codes, cut by masks), g_idx by a loop;
 - `numpy_quant_gemm`: quantized GEMMs as a kernel runs them: operands dequantized to
-  bfloat16 (or their own scales), one float32 BLAS product, the output rounded.
+  bfloat16 (or their own scales), one float32 BLAS product, the output rounded;
+- `numpy_gptq`: GPTQ in float32 in the paper's unblocked form (one rank-1 update of
+  every later column per column), judged by the agreement rule.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -56,6 +58,7 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_awq,
     numpy_blocks,
+    numpy_gptq,
     numpy_groups,
     numpy_hadamard,
     numpy_hqq,
@@ -78,7 +81,8 @@ from ref.conformance.adapters import (
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
          numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq,
-         numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_quant_gemm)
+         numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_quant_gemm,
+         numpy_gptq)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
