@@ -1,0 +1,190 @@
+"""Round-to-nearest (RTN) weight quantization: a scale and a zero point per group of
+weights along the last axis, the codes, and the weights they stand for.
+
+  params (one group = the last axis of w):
+      lo = min(min(w), 0), hi = max(max(w), 0)     zero_range "include_zero" (GPTQ)
+      lo = min(w),         hi = max(w)             zero_range "minmax"       (AWQ)
+      asymmetric:  scale = (hi - lo) / maxq,  zero = clamp(rne(-lo / scale), 0, maxq)
+      symmetric:   amax = max(|lo|, hi); lo = -amax where lo < 0;             (GPTQ's)
+                   scale = (hi - lo) / maxq,  zero = (maxq + 1) / 2
+      symmetric_compressed_tensors:  scale = 2 amax / maxq,  zero = 2^(b-1)
+      symmetric_restricted:          scale = amax / (2^(b-1) - 1), zero = 2^(b-1)
+      lo = hi = 0 (an all-zero group): lo, hi = -1, +1 (amax = 1), as GPTQ does
+      scale = max(scale, floor): floor = the dtype's smallest normal ("tiny") or its
+      epsilon ("eps", compressed-tensors); the range below `span_floor` is raised to it
+  quantize:    q = clamp(rne(w / scale) + zero, 0, maxq)       (maxq = 2^bits - 1)
+  dequantize:  w' = scale * (q - zero)
+
+rne rounds half to even (torch.round, np.rint); codes are unsigned (offset binary).
+Every step is in w's dtype: float32 in, float32 arithmetic (as the libraries run);
+float64 in, float64 (float16 is widened to float32 first).
+
+GPTQ's symmetric quantizer moves lo to -amax only where lo < 0: a group of weights
+none of which is negative keeps lo = 0, scale hi / maxq and zero (maxq + 1) / 2, so
+its upper half clips (the reference code and GPTQModel do this; compressed-tensors'
+symmetric scale 2 amax / maxq does not). `symmetric_restricted` is the signed
+absmax grid of ref.formats.intgroup and QuaRot (codes -2^(b-1) .. 2^(b-1) - 1).
+
+References: Frantar et al., "GPTQ", arXiv:2210.17323 (IST-DASLab/gptq quant.py);
+Lin et al., "AWQ", arXiv:2306.00978.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ref.arguments import integer, member, real
+
+__all__ = ["BITS", "ScaleFloor", "Scheme", "ZeroRange", "dequantize", "params", "quantize"]
+
+BITS = (2, 3, 4, 8)
+
+
+class Scheme(enum.Enum):
+    ASYMMETRIC = "asymmetric"  # min-max with a zero point (GPTQ asym, AWQ)
+    SYMMETRIC = "symmetric"  # GPTQ's: (hi - lo) / maxq with lo = -amax where lo < 0, zero (maxq + 1) / 2
+    SYMMETRIC_COMPRESSED_TENSORS = "symmetric_compressed_tensors"  # 2 amax / maxq, signed codes + 2^(b-1)
+    SYMMETRIC_RESTRICTED = "symmetric_restricted"  # amax / (2^(b-1) - 1) (ref.formats.intgroup, QuaRot)
+
+
+class ZeroRange(enum.Enum):
+    INCLUDE_ZERO = "include_zero"  # lo = min(w, 0), hi = max(w, 0) (GPTQ, compressed-tensors)
+    MINMAX = "minmax"  # lo = min(w), hi = max(w), not forced (AWQ)
+
+
+class ScaleFloor(enum.Enum):
+    TINY = "tiny"  # the dtype's smallest normal: only a scale that underflows is raised
+    EPS = "eps"  # the dtype's epsilon (compressed-tensors, torchao, ref.formats.intgroup)
+
+
+def _weights(w: ArrayLike, name: str = "w") -> NDArray:
+    """w as float32 or float64 (float16 widened exactly), finite, with at least one axis."""
+    w = np.asarray(w)
+    if w.dtype == np.float16:
+        w = w.astype(np.float32)
+    if w.dtype not in (np.float32, np.float64):
+        raise TypeError(f"{name}: expected float32, float64 or float16 weights, got {w.dtype}")
+    if w.ndim < 1:
+        raise ValueError(f"{name}: expected at least one axis (the group), got a scalar")
+    if not np.isfinite(w).all():
+        raise ValueError(f"{name}: weights must be finite (found NaN or Inf)")
+    return w
+
+
+def _range(w: NDArray, zero_range: ZeroRange) -> tuple[NDArray, NDArray]:
+    """(lo, hi) of each group [..., g] -> [...]; an empty group has lo = hi = 0."""
+    dt = w.dtype.type
+    lo, hi = w.min(axis=-1, initial=np.inf), w.max(axis=-1, initial=-np.inf)
+    if zero_range is ZeroRange.INCLUDE_ZERO or w.shape[-1] == 0:
+        lo, hi = np.minimum(lo, dt(0)), np.maximum(hi, dt(0))
+    return lo.astype(w.dtype), hi.astype(w.dtype)
+
+
+def params(w: ArrayLike, *, bits: int, scheme: Scheme | str = Scheme.ASYMMETRIC,
+           zero_range: ZeroRange | str = ZeroRange.INCLUDE_ZERO, scale_floor: ScaleFloor | str = ScaleFloor.TINY,
+           span_floor: float = 0.0) -> tuple[NDArray, NDArray]:
+    """(scale, zero) of each group: w [..., g] -> scale [...], zero [...] (both in w's
+    dtype; zero holds integers in [0, 2^bits - 1]).
+
+    `span_floor` raises the asymmetric range hi - lo to at least that value before
+    dividing (AutoAWQ clamps it at 1e-5); 0 leaves it alone."""
+    bits = integer(bits, "bits", choices=BITS)
+    scheme = member(scheme, Scheme, "scheme")
+    zero_range = member(zero_range, ZeroRange, "zero_range")
+    scale_floor = member(scale_floor, ScaleFloor, "scale_floor")
+    span_floor = real(span_floor, "span_floor", positive=False)
+    if span_floor < 0:
+        raise ValueError(f"span_floor: expected a number >= 0, got {span_floor}")
+    w = _weights(w)
+    dt = w.dtype.type
+    maxq = dt((1 << bits) - 1)
+    half = dt(1 << (bits - 1))
+    lo, hi = _range(w, zero_range)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if scheme is Scheme.ASYMMETRIC:
+            empty = (lo == 0) & (hi == 0)
+            lo, hi = np.where(empty, dt(-1), lo), np.where(empty, dt(1), hi)
+            span = np.maximum((hi - lo).astype(w.dtype), dt(span_floor))
+            scale = (span / maxq).astype(w.dtype)
+        else:
+            amax = np.maximum(np.abs(lo), np.abs(hi)).astype(w.dtype)
+            amax = np.where(amax == 0, dt(1), amax)
+            if scheme is Scheme.SYMMETRIC:
+                lo = np.where(lo < 0, -amax, lo)
+                lo = np.where((lo == 0) & (hi == 0), dt(-1), lo)
+                scale = ((amax - lo) / maxq).astype(w.dtype)
+            elif scheme is Scheme.SYMMETRIC_COMPRESSED_TENSORS:
+                scale = (amax / (maxq / dt(2))).astype(w.dtype)
+            else:
+                scale = (amax / (half - dt(1))).astype(w.dtype)
+    if not np.isfinite(scale).all():
+        raise ValueError("w: a group's range overflows the dtype (its scale would be Inf)")
+    info = np.finfo(w.dtype)
+    scale = np.maximum(scale, dt(info.tiny if scale_floor is ScaleFloor.TINY else info.eps)).astype(w.dtype)
+    if scheme is Scheme.ASYMMETRIC:
+        with np.errstate(over="ignore"):
+            zero = np.clip(np.rint((-lo / scale).astype(w.dtype)), dt(0), maxq).astype(w.dtype)
+    elif scheme is Scheme.SYMMETRIC:
+        zero = np.full(scale.shape, (maxq + dt(1)) / dt(2), dtype=w.dtype)
+    else:
+        zero = np.full(scale.shape, half, dtype=w.dtype)
+    return scale, zero
+
+
+def _per_group(arr: ArrayLike, w: NDArray, name: str) -> NDArray:
+    """scale or zero against w: one axis fewer gets the last axis added; as many axes
+    broadcast as they are (w[:, j] [rows] with scale [rows]: one per element)."""
+    arr = np.asarray(arr)
+    if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
+        raise TypeError(f"{name}: expected a real array, got {arr.dtype}")
+    if arr.ndim == w.ndim - 1:
+        arr = arr[..., None]
+    try:
+        np.broadcast_shapes(arr.shape, w.shape)
+    except ValueError:
+        raise ValueError(f"{name}: shape {np.shape(arr)} does not broadcast against {w.shape} "
+                         "(one axis fewer than the weights, or as many)") from None
+    return arr.astype(w.dtype)
+
+
+def quantize(w: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int) -> NDArray[np.int64]:
+    """Codes clamp(rne(w / scale) + zero, 0, 2^bits - 1) as int64, in w's dtype arithmetic;
+    scale and zero broadcast over the last axis (see `_per_group`)."""
+    bits = integer(bits, "bits", choices=BITS)
+    w = _weights(w)
+    dt = w.dtype.type
+    maxq = dt((1 << bits) - 1)
+    scale, zero = _per_group(scale, w, "scale"), _per_group(zero, w, "zero")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise ValueError("scale: expected positive finite scales")
+    if not ((zero == np.rint(zero)).all() and (zero >= 0).all() and (zero <= maxq).all()):
+        raise ValueError(f"zero: expected integers in [0, {int(maxq)}]")
+    with np.errstate(over="ignore"):
+        q = np.clip(np.rint((w / scale).astype(w.dtype)) + zero, dt(0), maxq)
+    return q.astype(np.int64)
+
+
+def dequantize(codes: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int | None = None) -> NDArray:
+    """w' = scale * (codes - zero) in scale's dtype (float32 or float64); scale and zero
+    broadcast over the last axis of codes. With `bits`, codes above 2^bits - 1 are
+    rejected; negative codes always are."""
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        raise TypeError(f"codes: expected integer codes, got {codes.dtype}")
+    if codes.ndim < 1:
+        raise ValueError("codes: expected at least one axis, got a scalar")
+    scale_arr = np.asarray(scale)
+    if scale_arr.dtype not in (np.float32, np.float64):
+        raise TypeError(f"scale: expected float32 or float64, got {scale_arr.dtype}")
+    if codes.size and int(codes.min()) < 0:
+        raise ValueError(f"codes: expected unsigned codes, got {int(codes.min())}")
+    if bits is not None:
+        bits = integer(bits, "bits", choices=BITS)
+        if codes.size and int(codes.max()) >> bits:
+            raise ValueError(f"codes: INT{bits} codes are 0..{(1 << bits) - 1}, got {int(codes.max())}")
+    like = np.empty(codes.shape, scale_arr.dtype)
+    s, z = _per_group(scale_arr, like, "scale"), _per_group(zero, like, "zero")
+    return (s * (codes.astype(like.dtype) - z)).astype(like.dtype)
