@@ -9,7 +9,9 @@ weights along the last axis, the codes, and the weights they stand for.
                    scale = (hi - lo) / maxq,  zero = (maxq + 1) / 2
       symmetric_compressed_tensors:  scale = 2 amax / maxq,  zero = 2^(b-1)
       symmetric_restricted:          scale = amax / (2^(b-1) - 1), zero = 2^(b-1)
-      lo = hi = 0 (an all-zero group): lo, hi = -1, +1 (amax = 1), as GPTQ does
+      an all-zero group: lo, hi = -1, +1 (asymmetric and GPTQ's symmetric, as GPTQ does);
+      scale 1 (symmetric_restricted, as ref.formats.intgroup); scale 0 raised to the
+      floor (symmetric_compressed_tensors, as compressed-tensors clamps it)
       scale = max(scale, floor): floor = the dtype's smallest normal ("tiny") or its
       epsilon ("eps", compressed-tensors); the range below `span_floor` is raised to it
   quantize:    q = clamp(rne(w / scale) + zero, 0, maxq)       (maxq = 2^bits - 1)
@@ -38,7 +40,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer, member, real
 
-__all__ = ["BITS", "ScaleFloor", "Scheme", "ZeroRange", "dequantize", "params", "quantize"]
+__all__ = ["BITS", "ScaleFloor", "Scheme", "Search", "ZeroRange", "dequantize", "dequantize_groups", "mse_params", "params",
+           "quantize", "quantize_groups"]
 
 BITS = (2, 3, 4, 8)
 
@@ -53,6 +56,11 @@ class Scheme(enum.Enum):
 class ZeroRange(enum.Enum):
     INCLUDE_ZERO = "include_zero"  # lo = min(w, 0), hi = max(w, 0) (GPTQ, compressed-tensors)
     MINMAX = "minmax"  # lo = min(w), hi = max(w), not forced (AWQ)
+
+
+class Search(enum.Enum):
+    MINMAX = "minmax"  # the range itself
+    MSE = "mse"  # GPTQ's shrink search (mse_params)
 
 
 class ScaleFloor(enum.Enum):
@@ -83,54 +91,101 @@ def _range(w: NDArray, zero_range: ZeroRange) -> tuple[NDArray, NDArray]:
     return lo.astype(w.dtype), hi.astype(w.dtype)
 
 
+def _options(bits, scheme, zero_range, scale_floor, span_floor):
+    bits = integer(bits, "bits", choices=BITS)
+    span_floor = real(span_floor, "span_floor", positive=False)
+    if span_floor < 0:
+        raise ValueError(f"span_floor: expected a number >= 0, got {span_floor}")
+    return (bits, member(scheme, Scheme, "scheme"), member(zero_range, ZeroRange, "zero_range"),
+            member(scale_floor, ScaleFloor, "scale_floor"), span_floor)
+
+
+def _adjusted_range(w: NDArray, scheme: Scheme, zero_range: ZeroRange) -> tuple[NDArray, NDArray]:
+    """(lo, hi) [...] of each group after the scheme's adjustments: an all-zero group
+    takes -1, +1; GPTQ's symmetric moves lo to -amax where lo < 0 and hi to amax."""
+    dt = w.dtype.type
+    lo, hi = _range(w, zero_range)
+    if scheme is Scheme.SYMMETRIC:
+        hi = np.maximum(np.abs(lo), hi).astype(w.dtype)
+        lo = np.where(lo < 0, -hi, lo).astype(w.dtype)
+    if scheme not in (Scheme.ASYMMETRIC, Scheme.SYMMETRIC):
+        return lo, hi
+    empty = (lo == 0) & (hi == 0)
+    return np.where(empty, dt(-1), lo).astype(w.dtype), np.where(empty, dt(1), hi).astype(w.dtype)
+
+
+def _from_range(lo: NDArray, hi: NDArray, bits: int, scheme: Scheme, scale_floor: ScaleFloor,
+                span_floor: float) -> tuple[NDArray, NDArray]:
+    """(scale, zero) from an adjusted range (lo, hi) [...], in its dtype."""
+    dtype = lo.dtype
+    dt = dtype.type
+    maxq, half = dt((1 << bits) - 1), dt(1 << (bits - 1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if scheme in (Scheme.ASYMMETRIC, Scheme.SYMMETRIC):
+            span = np.maximum((hi - lo).astype(dtype), dt(span_floor))
+            scale = (span / maxq).astype(dtype)
+        else:
+            amax = np.maximum(np.abs(lo), np.abs(hi)).astype(dtype)
+            if scheme is Scheme.SYMMETRIC_COMPRESSED_TENSORS:
+                scale = (amax / (maxq / dt(2))).astype(dtype)  # amax 0: scale 0, then the floor
+            else:
+                scale = np.where(amax > 0, amax / (half - dt(1)), dt(1)).astype(dtype)  # amax 0: scale 1
+    if not np.isfinite(scale).all():
+        raise ValueError("w: a group's range overflows the dtype (its scale would be Inf)")
+    info = np.finfo(dtype)
+    scale = np.maximum(scale, dt(info.tiny if scale_floor is ScaleFloor.TINY else info.eps)).astype(dtype)
+    if scheme is Scheme.ASYMMETRIC:
+        with np.errstate(over="ignore"):
+            zero = (np.clip(np.rint((-lo / scale).astype(dtype)), dt(0), maxq) + dt(0)).astype(dtype)  # -0 -> +0
+    elif scheme is Scheme.SYMMETRIC:
+        zero = np.full(scale.shape, (maxq + dt(1)) / dt(2), dtype=dtype)
+    else:
+        zero = np.full(scale.shape, half, dtype=dtype)
+    return scale, zero
+
+
 def params(w: ArrayLike, *, bits: int, scheme: Scheme | str = Scheme.ASYMMETRIC,
            zero_range: ZeroRange | str = ZeroRange.INCLUDE_ZERO, scale_floor: ScaleFloor | str = ScaleFloor.TINY,
            span_floor: float = 0.0) -> tuple[NDArray, NDArray]:
     """(scale, zero) of each group: w [..., g] -> scale [...], zero [...] (both in w's
     dtype; zero holds integers in [0, 2^bits - 1]).
 
-    `span_floor` raises the asymmetric range hi - lo to at least that value before
-    dividing (AutoAWQ clamps it at 1e-5); 0 leaves it alone."""
-    bits = integer(bits, "bits", choices=BITS)
-    scheme = member(scheme, Scheme, "scheme")
-    zero_range = member(zero_range, ZeroRange, "zero_range")
-    scale_floor = member(scale_floor, ScaleFloor, "scale_floor")
-    span_floor = real(span_floor, "span_floor", positive=False)
-    if span_floor < 0:
-        raise ValueError(f"span_floor: expected a number >= 0, got {span_floor}")
+    `span_floor` raises the range hi - lo to at least that value before dividing
+    (AutoAWQ clamps it at 1e-5); 0 leaves it alone."""
+    bits, scheme, zero_range, scale_floor, span_floor = _options(bits, scheme, zero_range, scale_floor, span_floor)
+    w = _weights(w)
+    lo, hi = _adjusted_range(w, scheme, zero_range)
+    return _from_range(lo, hi, bits, scheme, scale_floor, span_floor)
+
+
+def mse_params(w: ArrayLike, *, bits: int, scheme: Scheme | str = Scheme.ASYMMETRIC,
+               zero_range: ZeroRange | str = ZeroRange.INCLUDE_ZERO, scale_floor: ScaleFloor | str = ScaleFloor.TINY,
+               grid: int = 100, maxshrink: float = 0.8, norm: float = 2.4) -> tuple[NDArray, NDArray]:
+    """GPTQ's MSE range search: for i = 0 .. floor(maxshrink * grid) - 1, the range
+    (p lo, p hi) with p = f(1 - i / grid) (f: rounded to w's dtype, as torch multiplies
+    a tensor by a Python float) gives (scale_i, zero_i); each group keeps the first
+    whose error sum |dequantize(quantize(w)) - w|^norm is strictly the smallest.
+    The error is summed in float64 whatever w's dtype (a float32 sum in another
+    order can choose another shrink where two errors nearly tie)."""
+    bits, scheme, zero_range, scale_floor, _ = _options(bits, scheme, zero_range, scale_floor, 0.0)
+    grid = integer(grid, "grid", minimum=1)
+    maxshrink, norm = real(maxshrink, "maxshrink"), real(norm, "norm")
+    if maxshrink > 1:
+        raise ValueError(f"maxshrink: expected a fraction in (0, 1], got {maxshrink}")
     w = _weights(w)
     dt = w.dtype.type
-    maxq = dt((1 << bits) - 1)
-    half = dt(1 << (bits - 1))
-    lo, hi = _range(w, zero_range)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        if scheme is Scheme.ASYMMETRIC:
-            empty = (lo == 0) & (hi == 0)
-            lo, hi = np.where(empty, dt(-1), lo), np.where(empty, dt(1), hi)
-            span = np.maximum((hi - lo).astype(w.dtype), dt(span_floor))
-            scale = (span / maxq).astype(w.dtype)
-        else:
-            amax = np.maximum(np.abs(lo), np.abs(hi)).astype(w.dtype)
-            amax = np.where(amax == 0, dt(1), amax)
-            if scheme is Scheme.SYMMETRIC:
-                lo = np.where(lo < 0, -amax, lo)
-                lo = np.where((lo == 0) & (hi == 0), dt(-1), lo)
-                scale = ((amax - lo) / maxq).astype(w.dtype)
-            elif scheme is Scheme.SYMMETRIC_COMPRESSED_TENSORS:
-                scale = (amax / (maxq / dt(2))).astype(w.dtype)
-            else:
-                scale = (amax / (half - dt(1))).astype(w.dtype)
-    if not np.isfinite(scale).all():
-        raise ValueError("w: a group's range overflows the dtype (its scale would be Inf)")
-    info = np.finfo(w.dtype)
-    scale = np.maximum(scale, dt(info.tiny if scale_floor is ScaleFloor.TINY else info.eps)).astype(w.dtype)
-    if scheme is Scheme.ASYMMETRIC:
-        with np.errstate(over="ignore"):
-            zero = np.clip(np.rint((-lo / scale).astype(w.dtype)), dt(0), maxq).astype(w.dtype)
-    elif scheme is Scheme.SYMMETRIC:
-        zero = np.full(scale.shape, (maxq + dt(1)) / dt(2), dtype=w.dtype)
-    else:
-        zero = np.full(scale.shape, half, dtype=w.dtype)
+    lo, hi = _adjusted_range(w, scheme, zero_range)
+    best = np.full(lo.shape, np.inf)
+    scale, zero = _from_range(lo, hi, bits, scheme, scale_floor, 0.0)
+    for i in range(int(maxshrink * grid)):
+        p = dt(1 - i / grid)
+        scale_i, zero_i = _from_range((p * lo).astype(w.dtype), (p * hi).astype(w.dtype), bits, scheme,
+                                      scale_floor, 0.0)
+        fake = dequantize(quantize(w, scale_i, zero_i, bits=bits), scale_i, zero_i)  # [..., g]
+        err = (np.abs(fake.astype(np.float64) - w) ** norm).sum(axis=-1)  # [...]
+        better = err < best
+        best = np.where(better, err, best)
+        scale, zero = np.where(better, scale_i, scale), np.where(better, zero_i, zero)
     return scale, zero
 
 
@@ -188,3 +243,46 @@ def dequantize(codes: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int
     like = np.empty(codes.shape, scale_arr.dtype)
     s, z = _per_group(scale_arr, like, "scale"), _per_group(zero, like, "zero")
     return (s * (codes.astype(like.dtype) - z)).astype(like.dtype)
+
+
+def _grouped(w: NDArray, group: int, name: str) -> NDArray:
+    """w [..., n] -> [..., n/g, g]: g consecutive input channels per group; group -1
+    is one group per row (per-channel). A group that does not divide n is an error."""
+    group = integer(group, "group", minimum=-1)
+    if group == 0 or w.ndim < 1:
+        raise ValueError(f"group: expected a positive group size or -1 (per-channel), got {group}")
+    n = w.shape[-1]
+    g = n if group == -1 else group
+    if (n % g if g else n):
+        raise ValueError(f"group: {group} does not divide the input dimension {n} of {name} {w.shape}")
+    return w.reshape(*w.shape[:-1], n // g if g else 0, g)
+
+
+def quantize_groups(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: Scheme | str = Scheme.ASYMMETRIC,
+                    zero_range: ZeroRange | str = ZeroRange.INCLUDE_ZERO,
+                    scale_floor: ScaleFloor | str = ScaleFloor.TINY, search: str = "minmax"):
+    """RTN of a weight matrix along its input (last) axis: w [..., n] ->
+    (codes [..., n] int64, scales [..., n/g], zeros [..., n/g]) in w's dtype;
+    `search` "mse" takes each group's range from `mse_params` (GPTQ's defaults)."""
+    search = member(search, Search, "search")
+    w = _weights(w)
+    g = _grouped(w, group, "w")  # [..., n/g, g]
+    if search is Search.MSE:
+        scale, zero = mse_params(g, bits=bits, scheme=scheme, zero_range=zero_range, scale_floor=scale_floor)
+    else:
+        scale, zero = params(g, bits=bits, scheme=scheme, zero_range=zero_range, scale_floor=scale_floor)
+    codes = quantize(g, scale, zero, bits=bits)  # [..., n/g, g]
+    return codes.reshape(w.shape), scale, zero
+
+
+def dequantize_groups(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike, *, group: int = 128,
+                      bits: int | None = None) -> NDArray:
+    """codes [..., n] with scales, zeros [..., n/g] -> weights [..., n] in scales' dtype."""
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        raise TypeError(f"codes: expected integer codes, got {codes.dtype}")
+    g = _grouped(codes, group, "codes")
+    scales, zeros = np.asarray(scales), np.asarray(zeros)
+    if scales.shape != g.shape[:-1] or zeros.shape != g.shape[:-1]:
+        raise ValueError(f"scales, zeros: expected shape {g.shape[:-1]}, got {scales.shape} and {zeros.shape}")
+    return dequantize(g, scales, zeros, bits=bits).reshape(codes.shape)

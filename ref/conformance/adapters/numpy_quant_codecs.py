@@ -1,0 +1,172 @@
+"""Round-to-nearest weight quantization for the default run, written independently of
+the oracles (this module imports nothing from ref): every group is a row of a
+[rows, g] matrix, each step one NumPy operation on a column of per-row scalars in
+the weights' own dtype.
+
+- the range: row minimum and maximum, clamped through zero for GPTQ's convention;
+- the scale: (hi - lo) / maxq for the min-max and GPTQ-symmetric schemes,
+  2 amax / maxq for compressed-tensors' symmetric, amax / (2^(b-1) - 1) for the
+  restricted one; the zero point -rint(lo / scale) (rint is odd, so this equals
+  rint(-lo / scale));
+- the MSE search: one pass per shrink factor over all rows, keeping the first
+  strictly smallest float64 error per row.
+
+The steps are public so that the bug corpus (tests/corpus/quant_rtn.py) builds its
+wrong kernels from this code with one step changed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NAME = "numpy round-to-nearest codecs"
+VERSION = np.__version__
+
+SCHEMES = ["asymmetric", "symmetric", "symmetric_compressed_tensors", "symmetric_restricted"]
+GROUPS = [128, 64, 32, 16, 1, -1]
+
+
+def as_weights(w) -> np.ndarray:
+    w = np.asarray(w)
+    if w.dtype == np.float16:
+        w = w.astype(np.float32)
+    if w.dtype not in (np.float32, np.float64):
+        raise TypeError(f"w: expected floating-point weights, got {w.dtype}")
+    if w.ndim == 0:
+        raise ValueError("w: expected an array with an input axis, got a scalar")
+    if np.isnan(w).any() or np.isinf(w).any():
+        raise ValueError("w: NaN or Inf weights cannot be quantized")
+    return w
+
+
+def group_count(w: np.ndarray, group: int) -> int:
+    n = w.shape[-1]
+    size = n if group == -1 else group
+    if group == 0 or group < -1 or (size and n % size):
+        raise ValueError(f"group: {group} does not split an input axis of {n}")
+    return n // size if size else 0
+
+
+def rows(w: np.ndarray, group: int) -> np.ndarray:
+    """[..., n] -> [rows, g], g consecutive input channels per row."""
+    count = group_count(w, group)
+    lead = int(np.prod(w.shape[:-1], dtype=np.int64))
+    return w.reshape(lead * count, w.shape[-1] // count if count else 0)
+
+
+def value_range(r: np.ndarray, include_zero: bool) -> tuple[np.ndarray, np.ndarray]:
+    t = r.dtype.type
+    if r.shape[1] == 0:
+        z = np.zeros(r.shape[0], r.dtype)
+        return z, z.copy()
+    lo, hi = r.min(axis=1), r.max(axis=1)
+    if include_zero:
+        lo, hi = np.minimum(lo, t(0)), np.maximum(hi, t(0))
+    return lo, hi
+
+
+def adjust(lo, hi, scheme: str):
+    """GPTQ's symmetric range and the -1, +1 range of an all-zero row."""
+    t = lo.dtype.type
+    if scheme == "symmetric":
+        hi = np.maximum(-lo, hi)
+        lo = np.where(lo < 0, -hi, lo)
+    if scheme in ("asymmetric", "symmetric"):
+        dead = (lo == 0) & (hi == 0)
+        lo, hi = np.where(dead, t(-1), lo), np.where(dead, t(1), hi)
+    return lo, hi
+
+
+def scale_zero(lo, hi, bits: int, scheme: str, floor: str):
+    t = lo.dtype.type
+    maxq = t(2**bits - 1)
+    half = t(2 ** (bits - 1))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if scheme in ("asymmetric", "symmetric"):
+            scale = (hi - lo) / maxq
+        else:
+            amax = np.maximum(np.abs(lo), np.abs(hi))
+            if scheme == "symmetric_compressed_tensors":
+                scale = (amax / maxq) * t(2)  # doubling is exact: equal to 2 amax / maxq
+            else:
+                scale = np.where(amax == 0, t(1), amax / (half - t(1)))
+    if np.isinf(scale).any():
+        raise ValueError("w: the weights' range overflows")
+    smallest = np.finfo(lo.dtype).tiny if floor == "tiny" else np.finfo(lo.dtype).eps
+    scale = np.where(scale < smallest, t(smallest), scale).astype(lo.dtype)
+    if scheme == "asymmetric":
+        with np.errstate(over="ignore"):
+            zero = -np.rint(lo / scale)
+        zero = np.minimum(np.maximum(zero, t(0)), maxq) + t(0)
+    elif scheme == "symmetric":
+        zero = np.full_like(scale, (maxq + 1) / 2)
+    else:
+        zero = np.full_like(scale, half)
+    return scale, zero.astype(lo.dtype)
+
+
+def codes(r, scale, zero, bits: int):
+    t = r.dtype.type
+    with np.errstate(over="ignore"):
+        q = np.rint(r / scale[:, None]) + zero[:, None]
+    return np.minimum(np.maximum(q, t(0)), t(2**bits - 1)).astype(np.int64)
+
+
+def fake(r, scale, zero, bits: int):
+    return scale[:, None] * (codes(r, scale, zero, bits).astype(r.dtype) - zero[:, None])
+
+
+def mse_search(r, lo, hi, bits: int, scheme: str, floor: str):
+    """GPTQ's shrink search: p = 1 - i/100 for i < 80, first strictly best |.|^2.4 sum."""
+    t = r.dtype.type
+    best = np.full(r.shape[0], np.inf)
+    scale, zero = scale_zero(lo, hi, bits, scheme, floor)
+    for i in range(80):
+        p = t(1 - i / 100)
+        s, z = scale_zero(p * lo, p * hi, bits, scheme, floor)
+        err = np.sum(np.abs(fake(r, s, z, bits).astype(np.float64) - r) ** 2.4, axis=1)
+        won = err < best
+        best[won] = err[won]
+        scale[won], zero[won] = s[won], z[won]
+    return scale, zero
+
+
+def quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="include_zero", scale_floor="tiny",
+             search="minmax"):
+    if bits not in (2, 3, 4, 8):
+        raise ValueError(f"bits: expected 2, 3, 4 or 8, got {bits}")
+    w = as_weights(w)
+    r = rows(w, group)
+    lo, hi = adjust(*value_range(r, zero_range == "include_zero"), scheme)
+    if search == "mse":
+        scale, zero = mse_search(r, lo, hi, bits, scheme, scale_floor)
+    else:
+        scale, zero = scale_zero(lo, hi, bits, scheme, scale_floor)
+    head = w.shape[:-1] + (group_count(w, group),)
+    return codes(r, scale, zero, bits).reshape(w.shape), scale.reshape(head), zero.reshape(head)
+
+
+def dequantize(codes, scales, zeros, *, group=128):
+    codes, scales, zeros = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
+    if codes.dtype.kind not in "iu":
+        raise TypeError(f"codes: expected integers, got {codes.dtype}")
+    if scales.dtype not in (np.float32, np.float64):
+        raise TypeError(f"scales: expected float32 or float64, got {scales.dtype}")
+    if codes.size and codes.min() < 0:
+        raise ValueError("codes: negative codes")
+    r = rows(codes, group)
+    expected = codes.shape[:-1] + (group_count(codes, group),)
+    if scales.shape != expected or zeros.shape != expected:
+        raise ValueError(f"scales, zeros: expected shape {expected}, got {scales.shape}, {zeros.shape}")
+    t = scales.dtype
+    out = scales.reshape(-1)[:, None] * (r.astype(t) - zeros.astype(t).reshape(-1)[:, None])
+    return out.astype(t).reshape(codes.shape)
+
+
+OPS = {"quant.rtn.quantize": quantize, "quant.rtn.dequantize": dequantize}
+VARIANTS = {
+    "quant.rtn.quantize": {"bits": [2, 3, 4, 8], "group": GROUPS, "scheme": SCHEMES,
+                           "zero_range": ["include_zero", "minmax"], "scale_floor": ["tiny", "eps"],
+                           "search": ["minmax", "mse"]},
+    "quant.rtn.dequantize": {"group": GROUPS},
+}
