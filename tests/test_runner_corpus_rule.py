@@ -25,6 +25,7 @@ from corpus import (
     formats_impls,
     groups_layouts,
     kernel_bugs,
+    quant_awq,
     roofline_impls,
     specdec_rejection,
     specdec_trees,
@@ -76,6 +77,8 @@ def _entries():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
     for name, (op, flag, _) in specdec_rejection.REJECTION_BUGS.items():
         out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_awq.AWQ_BUGS.items():
+        out["AWQ_BUGS", name] = (lambda n=name: quant_awq.bug(n), flag, [op])
     return out
 
 
@@ -86,7 +89,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
-              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}}
+              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}, "quant_awq": {"AWQ_BUGS"}}
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).

@@ -60,7 +60,8 @@ N_SAMPLE_TOKEN = 512  # the clip search reads every max(1, n // 512)-th token
 SCALE_FLOOR = 1e-4  # x_mean^alpha (or the duo ratio) clamped below
 DUO_EPS = 1e-4  # added to w_mean^(1 - alpha) in the duo ratio
 W_MEAN_EPS = 1e-6  # added to each group's amax when w_mean normalizes |W|
-RANGE_FLOOR = 1e-5  # the quantizer's max - min clamped below
+RANGE_FLOOR = np.float32(1e-5)  # the quantizer's max - min clamped below
+F32 = np.float32
 CLIP_ERROR_START = 1e9  # the clip search's starting "best" error: a shrink must beat it to be kept
 
 
@@ -107,33 +108,35 @@ def _layer(x: ArrayLike, w: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.
 
 
 def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128):
-    """AWQ's quantizer: w [out, in] -> (codes [out, in] int64, scales [out, in/g],
-    zeros [out, in/g] float64), asymmetric over each group's own min and max."""
+    """AWQ's quantizer in float32 arithmetic: w [out, in] (rounded to float32 first)
+    -> (codes [out, in] int64, scales [out, in/g] float32, zeros [out, in/g] float32),
+    asymmetric over each group's own min and max."""
     bits = integer(bits, "bits", choices=BITS)
-    w = _floats(w, "w", ndim=2)
-    g = _group(group, w.shape[1]) if w.size else max(1, group)
-    qmax = (1 << bits) - 1
+    w = _floats(w, "w", ndim=2).astype(np.float32)
+    g = _group(group, w.shape[1])
+    qmax = F32((1 << bits) - 1)
     wg = w.reshape(w.shape[0], -1, g)  # [out, in/g, g]
-    hi, lo = wg.max(axis=-1, initial=-np.inf), wg.min(axis=-1, initial=np.inf)
-    scale = np.maximum(hi - lo, RANGE_FLOOR) / qmax  # [out, in/g]
-    zero = np.clip(-np.rint(lo / scale), 0, qmax)
-    codes = np.clip(np.rint(wg / scale[..., None]) + zero[..., None], 0, qmax)
+    hi, lo = wg.max(axis=-1), wg.min(axis=-1)
+    scale = (np.maximum(hi - lo, RANGE_FLOOR) / qmax).astype(np.float32)  # [out, in/g]
+    zero = np.clip(-np.rint(lo / scale), F32(0), qmax)
+    codes = np.clip(np.rint(wg / scale[..., None]) + zero[..., None], F32(0), qmax)
     return codes.reshape(w.shape).astype(np.int64), scale, zero
 
 
-def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike) -> NDArray[np.float64]:
-    """(codes [out, in], scales and zeros [out, in/g]) -> (codes - zero) * scale [out, in]."""
-    codes, scales, zeros = np.asarray(codes), np.asarray(scales, np.float64), np.asarray(zeros, np.float64)
+def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike) -> NDArray[np.float32]:
+    """(codes [out, in], scales and zeros [out, in/g] float32) -> (codes - zero) * scale
+    [out, in] in float32."""
+    codes, scales, zeros = np.asarray(codes), np.asarray(scales, np.float32), np.asarray(zeros, np.float32)
     if codes.ndim != 2 or scales.shape != zeros.shape or scales.shape[:1] != codes.shape[:1] or \
             (scales.size and codes.shape[1] % scales.shape[1]):
         raise ValueError(f"codes, scales, zeros: shapes {codes.shape}, {scales.shape}, {zeros.shape} do not fit")
     g = codes.shape[1] // max(1, scales.shape[1])
-    cg = codes.reshape(codes.shape[0], -1, g).astype(np.float64)
-    return ((cg - zeros[..., None]) * scales[..., None]).reshape(codes.shape)
+    cg = codes.reshape(codes.shape[0], -1, g).astype(np.float32)
+    return ((cg - zeros[..., None]) * scales[..., None]).astype(np.float32).reshape(codes.shape)
 
 
-def fake_quantize(w: ArrayLike, *, bits: int = 4, group: int = 128) -> NDArray[np.float64]:
-    """Q(w): quantized and dequantized (pseudo_quantize_tensor's output)."""
+def fake_quantize(w: ArrayLike, *, bits: int = 4, group: int = 128) -> NDArray[np.float32]:
+    """Q(w): quantized and dequantized (pseudo_quantize_tensor's output), float32."""
     return dequantize(*quantize(w, bits=bits, group=group))
 
 
@@ -220,33 +223,35 @@ def search_scales(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128
 # ------------------------------------------------------------------ the clip search
 
 
-def clip_candidates(*, n_grid: int = N_GRID, max_shrink: float = MAX_SHRINK) -> NDArray[np.float64]:
-    """The factors 1 - i / n_grid, i = 0 .. int(max_shrink * n_grid) - 1, applied to each group's amax."""
+def clip_candidates(*, n_grid: int = N_GRID, max_shrink: float = MAX_SHRINK) -> NDArray[np.float32]:
+    """The factors fl32(1 - i / n_grid), i = 0 .. int(max_shrink * n_grid) - 1, that
+    multiply each group's amax (in float32, as a float32 tensor times a Python float)."""
     n_grid = integer(n_grid, "n_grid", minimum=1)
-    return 1 - np.arange(int(max_shrink * n_grid)) / n_grid
+    return np.array([1 - i / n_grid for i in range(int(max_shrink * n_grid))], np.float32)
 
 
-def clip(w: ArrayLike, max_val: ArrayLike, *, group: int = 128) -> NDArray[np.float64]:
-    """w [out, in] clamped to [-max_val, max_val] per group (max_val [out, in/g])."""
-    w = np.asarray(w, np.float64)
+def clip(w: ArrayLike, max_val: ArrayLike, *, group: int = 128) -> NDArray[np.float32]:
+    """w [out, in] clamped to [-max_val, max_val] per group (max_val [out, in/g]), float32."""
+    w = np.asarray(w, np.float32)
     g = _group(group, w.shape[1])
-    wg = w.reshape(w.shape[0], -1, g)
-    m = np.asarray(max_val, np.float64)[..., None]
-    return np.clip(wg, -m, m).reshape(w.shape)
+    m = np.asarray(max_val, np.float32)[..., None]
+    return np.clip(w.reshape(w.shape[0], -1, g), -m, m).reshape(w.shape)
 
 
-def _group_outputs(xg: NDArray, wg: NDArray) -> NDArray:
+def _group_outputs(xg: NDArray, wg: NDArray) -> NDArray[np.float64]:
     """Partial outputs per group: xg [t, in/g, g], wg [out, in/g, g] -> [out, t, in/g]."""
-    return np.einsum("tkj,okj->otk", xg, wg)
+    return np.einsum("tkj,okj->otk", xg, wg.astype(np.float64))
 
 
 def search_clip(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128,
-                n_sample_token: int = N_SAMPLE_TOKEN) -> NDArray[np.float64]:
-    """x [..., in] (the inputs the linear sees: x / s after scaling), w [out, in] (W s)
-    -> the clip threshold max_val [out, in/g] of each group."""
+                n_sample_token: int = N_SAMPLE_TOKEN) -> NDArray[np.float32]:
+    """x [..., in] (the inputs the linear sees: x / s after scaling), w [out, in] (W s,
+    rounded to float32: the weights the quantizer reads) -> the clip threshold
+    max_val [out, in/g] float32 of each group."""
     bits = integer(bits, "bits", choices=BITS)
     n_sample_token = integer(n_sample_token, "n_sample_token", minimum=1)
     x, w = _layer(x, w)
+    w = w.astype(np.float32)
     g = _group(group, w.shape[1])
     step = max(1, x.shape[0] // n_sample_token)
     xg = x[::step].reshape(-1, w.shape[1] // g, g)  # [t, in/g, g]
@@ -256,7 +261,7 @@ def search_clip(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128,
     best_err = np.full(amax.shape, CLIP_ERROR_START)
     best = amax.copy()
     for factor in clip_candidates():
-        max_val = amax * factor
+        max_val = amax * factor  # float32
         q = fake_quantize(clip(w, max_val, group=g), bits=bits, group=g).reshape(wg.shape)
         err = np.mean((_group_outputs(xg, q) - reference) ** 2, axis=1)  # [out, in/g]
         better = err < best_err
@@ -300,5 +305,5 @@ def awq(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128, duo_scal
     x, w = _layer(x, w)
     ws = scale_weights(w, s)
     if apply_clip:
-        ws = clip(ws, search_clip(x / s, ws, bits=bits, group=group), group=group)
+        ws = clip(ws, search_clip(x / s, ws.astype(np.float32), bits=bits, group=group), group=group)
     return (s, *quantize(ws, bits=bits, group=group))

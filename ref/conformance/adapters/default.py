@@ -26,6 +26,8 @@ covers every op of the catalog, with code that is not the oracle:
   running sum;
 - `numpy_specdec_rng`: a speculative-decoding step drawing its own numbers (PCG64,
   Gumbel-max draws) for the statistical `specdec.rejection_sample_rng`;
+- `numpy_awq`: AWQ's scale and clip searches in float32, as AutoAWQ runs them (float32
+  sums, the loss as the float output minus the quantized one, clip rows in blocks);
 - `numpy_spec_trees`: token trees (masks, positions, SGLang's links), greedy tree
   verification, multi-draft and target-only tree sampling, Medusa's typical acceptance.
 
@@ -40,6 +42,7 @@ from pathlib import Path
 from ref.conformance.adapters import (
     ml_dtypes_casts,
     numpy_attention,
+    numpy_awq,
     numpy_blocks,
     numpy_groups,
     numpy_paged,
@@ -56,12 +59,12 @@ from ref.conformance.adapters import (
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
-         numpy_specdec, numpy_specdec_rng, numpy_spec_trees)
+         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_awq)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
         f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged.NAME} + "
         f"{numpy_paged_attention.NAME} + {python_prefix_blocks.NAME} + {python_radix.NAME} + "
-        f"{numpy_specdec.NAME} + {numpy_specdec_rng.NAME} + {numpy_spec_trees.NAME}")
+        f"{numpy_specdec.NAME} + {numpy_specdec_rng.NAME} + {numpy_spec_trees.NAME} + {numpy_awq.NAME}")
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}

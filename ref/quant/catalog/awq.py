@@ -1,0 +1,272 @@
+"""AWQ's two searches (spec/quant.md#awq), judged against the float64 oracle with the
+agreement rule measured from a float32 implementation:
+
+  quant.awq.search_scales  x [..., in], w [out, in] -> (s [in], choice, losses [n_grid])
+  quant.awq.search_clip    x [..., in], w [out, in] -> max_val [out, in/g]
+
+Vector inputs are integers scaled by powers of two (byte-stable across NumPy
+versions): activations with a few outlier channels (integers times 2^k), weights in
+steps of 2^-9. The scale search's losses are mean squared output errors computed in
+float64; a float32 kernel computes them with cancellation (the float output minus
+the quantized one) and its AWQ scales W s round differently in the last place, so
+losses agree to LOSS_RTOL, the choice is any grid point whose float64 loss is within
+CHOICE_RTOL of the smallest, and the scales match to SCALE_RTOL where the choice is
+the oracle's. The clip search's quantizer runs in float32 in both (the definition),
+so a float32 kernel differs only where two shrink steps' errors tie to float32
+rounding: at most CLIP_FLIPS groups plus CLIP_FRACTION of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ref.quant import awq
+from ref.quant.catalog.common import AREA
+from ref.testing.catalog_types import Flag, Variant, seed_for
+from ref.testing.compare import Comparison, Mismatch
+from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
+from ref.testing.vector_files import Case, VectorSpec
+
+__all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_RTOL", "OPERATIONS", "SCALE_RTOL",
+           "compare_clip", "compare_search"]
+
+# Measured: tests/test_quant_awq.py::test_float32_kernel_within_the_stated_tolerances (deep) runs the
+# float32 default kernel against the oracle on 400 random layers (bits 2-8, groups 32-256 and per
+# channel, 16-1100 tokens, 1-5 outlier channels up to 50x): the largest relative loss difference seen
+# was 1.1e-3 (8-bit layers: a small loss from a difference of two large outputs), the scales 2.0e-6,
+# and no clip threshold differed. Each tolerance is the largest seen times 4.
+LOSS_RTOL = 5e-3
+CHOICE_RTOL = 2 * LOSS_RTOL
+SCALE_RTOL = 1e-5
+CLIP_FLIPS = 1
+CLIP_FRACTION = 0.01
+
+BITS = Variant("bits", awq.BITS, 4, "bits per weight code")
+GROUP = Variant("group", (-1, 32, 64, 128), 128, "input channels per quantization group (-1: one per row)")
+DUO = Variant("duo_scaling", (False, True), False,
+              "s = x_mean^alpha (the paper, llm-awq) or x_mean^alpha / w_mean^(1-alpha) (AutoAWQ, llm-compressor)")
+GRID = Variant("grid", awq.Grid, "awq",
+               "alpha = i/20, i < 20 (llm-awq, AutoAWQ) or i/19 (llm-compressor; with duo: 0 plain, then i/18 duo)")
+
+FLAGS = {
+    **{name: COMMON[name] for name in (EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM)},
+    "Float16Input": Flag("float16 input reinterpreted or widened wrongly",
+                         "half-precision activations encode to wrong codes"),
+    "InputRank": Flag("an input of another rank (0-d, 1-d, 3-d and more) flattened, squeezed or refused",
+                      "a single row or a batch of matrices comes back in another shape, or fails"),
+    "ScaleSide": Flag("AWQ's scales applied to the wrong side (W / s quantized and x * s fed in)",
+                      "the salient channels are shrunk instead of protected: the loss at every alpha > 0 grows"),
+    "ScaleNorm": Flag("the scales not normalized by sqrt(max(s) min(s))",
+                      "the quantized layer is the same up to rounding, but the scales folded into the previous "
+                      "op (and stored) are off by a constant"),
+    "LossOnOutput": Flag("the scale search's loss taken on the weights (W - Q(W s) / s) instead of the outputs",
+                         "the activations no longer weigh the error: another alpha wins"),
+    "ScaleGrid": Flag("the alpha grid off: 1.0 included or 0 left out (i / (n - 1), or i from 1)",
+                      "every loss belongs to another alpha; alpha = 0 (plain RTN) may not be tried"),
+    "DuoScaling": Flag("duo scaling's w_mean wrong (not normalized per group, or the exponent alpha instead of "
+                       "1 - alpha)", "the scales of AutoAWQ's and llm-compressor's default differ"),
+    "ScaleFloor": Flag("x_mean^alpha not clamped at 1e-4 before normalizing",
+                       "a dead input channel gets s = 0 (and the others Inf or NaN)"),
+    "ClipAxis": Flag("the clip threshold taken over the wrong axis (the output rows, or the whole row)",
+                     "each group's clip comes from other weights"),
+    "ClipGrid": Flag("the clip shrink grid off (1 - i / 20 from i = 1, or to 0.5 inclusive)",
+                     "no clip (i = 0) is not tried, or a range the reference never tries wins"),
+    "ClipSample": Flag("the clip search's tokens not sampled as the reference samples them (every "
+                       "max(1, n // 512)-th)", "another subset of tokens judges the clip: other thresholds"),
+    "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial output",
+                     "groups are judged together: other thresholds"),
+}
+
+F = np.float32
+
+
+def _layer(seed: str, n: int, cin: int, cout: int, outliers: int = 3, dtype=np.float32, dead: int = 0):
+    """x [n, cin]: integers in [-64, 64) / 64 with `outliers` channels times 2^3..2^5;
+    w [cout, cin]: integers in [-16, 16) / 512, some rows with a large weight."""
+    rng = np.random.default_rng(seed_for(seed))
+    x = rng.integers(-64, 64, (n, cin)).astype(np.float64) / 64
+    for j, k in zip(rng.choice(cin, outliers, replace=False), rng.integers(3, 6, outliers)):
+        x[:, j] *= 2.0 ** k
+    x[:, :dead] = 0
+    w = rng.integers(-16, 16, (cout, cin)).astype(np.float64) / 512
+    w[rng.integers(0, cout, cout // 4), rng.integers(0, cin, cout // 4)] *= 8
+    return x.astype(dtype), w.astype(dtype)
+
+
+def _search_vectors() -> list[VectorSpec]:
+    x, w = _layer("search", 32, 64, 16)
+    xw, ww = _layer("search wide", 32, 128, 16)
+    teeth = ("Random", "ScaleSide", "ScaleNorm", "LossOnOutput", "ScaleGrid")
+    specs = [VectorSpec("outlier channels, bits 4, group 128", teeth, Case({"x": xw, "w": ww}, {"bits": 4}))]
+    specs += [VectorSpec(f"outlier channels, bits {b}, group {g}", teeth, Case({"x": x, "w": w}, {"bits": b, "group": g}))
+              for b, g in ((4, 32), (3, 64), (2, 32), (8, 64), (4, -1))]
+    for grid in ("awq", "llmcompressor"):
+        specs += [VectorSpec(f"duo scaling, grid {grid}", ("DuoScaling", "ScaleGrid", "ScaleNorm"),
+                             Case({"x": x, "w": w}, {"duo_scaling": True, "grid": grid, "group": 32})),
+                  VectorSpec(f"plain scaling, grid {grid}", ("ScaleGrid", "ScaleSide"),
+                             Case({"x": x, "w": w}, {"duo_scaling": False, "grid": grid, "group": 64}))]
+    xd, wd = _layer("search dead", 32, 64, 16, dead=2)
+    specs += [
+        VectorSpec("two dead input channels (x_mean 0: clamped at 1e-4)", ("ScaleFloor",),
+                   Case({"x": xd, "w": wd}, {"group": 32})),
+        VectorSpec("two dead input channels, duo scaling", ("ScaleFloor", "DuoScaling"),
+                   Case({"x": xd, "w": wd}, {"group": 32, "duo_scaling": True})),
+        VectorSpec("x as [batch, seq, in] (tokens are every leading index)", ("InputRank", "ScaleSide"),
+                   Case({"x": x.reshape(2, 16, 64), "w": w}, {"group": 64})),
+        VectorSpec("float16 inputs (exact: integers over powers of two)", ("Float16Input", "ScaleSide"),
+                   Case({"x": x.astype(np.float16), "w": w.astype(np.float16)}, {"group": 32})),
+        VectorSpec("float64 inputs", ("ScaleSide",), Case({"x": x.astype(np.float64), "w": w.astype(np.float64)},
+                                                          {"group": 64})),
+        VectorSpec("one token", ("EmptyInput",), Case({"x": x[:1], "w": w}, {"group": 64})),
+        VectorSpec("all-zero weights: every loss 0, alpha 0 chosen", ("ScaleNorm",),
+                   Case({"x": x, "w": np.zeros_like(w)}, {"group": 64})),
+    ]
+    return specs + _invalid(x[:4], w[:4], "search")
+
+
+def _invalid(x, w, op: str) -> list[VectorSpec]:
+    bad_x = x.copy()
+    bad_x[3, 5] = np.nan
+    inf_w = w.copy()
+    inf_w[1, 2] = np.inf
+    inv = (INVALID_INPUT,)
+    return [
+        VectorSpec(f"{op}: NaN activations are rejected", (INVALID_INPUT, NAN),
+                   Case({"x": bad_x, "w": w}, {"group": 32}), "invalid"),
+        VectorSpec(f"{op}: Inf weights are rejected", inv, Case({"x": x, "w": inf_w}), "invalid"),
+        VectorSpec(f"{op}: a group that does not divide the input dimension is rejected", inv,
+                   Case({"x": x[:, :48], "w": w[:, :48]}, {"group": 32}), "invalid"),
+        VectorSpec(f"{op}: x's channels not w's input dimension", inv, Case({"x": x[:, :32], "w": w}), "invalid"),
+        VectorSpec(f"{op}: 1-d weights are rejected", inv, Case({"x": x, "w": w[0]}), "invalid"),
+        VectorSpec(f"{op}: no tokens", (EMPTY_INPUT, INVALID_INPUT), Case({"x": x[:0], "w": w}), "invalid"),
+        VectorSpec(f"{op}: integer activations are rejected", inv,
+                   Case({"x": np.ones(x.shape, np.int32), "w": w}), "invalid"),
+    ]
+
+
+def _sampled_layer():
+    """x [1030, 8] whose odd tokens are large in channels 4..7 and whose tokens from 512 on
+    are large in channels 0..1: every second token, the first 512 and all of them each
+    judge the clip differently. w [32, 8]."""
+    rng = np.random.default_rng(seed_for("clip sampled"))
+    x = rng.integers(-64, 64, (1030, 8)).astype(np.float64) / 64
+    x[1::2, 4:] *= 8
+    x[512:, :2] *= 8
+    w = rng.integers(-16, 16, (32, 8)).astype(np.float64) / 512
+    w[rng.integers(0, 32, 16), rng.integers(0, 8, 16)] *= 8
+    return x.astype(np.float16), w.astype(np.float16)
+
+
+def _clip_vectors() -> list[VectorSpec]:
+    x, w = _layer("clip", 32, 64, 32)
+    xw, ww = _layer("clip wide", 32, 128, 16)
+    teeth = ("Random", "ClipAxis", "ClipGrid", "ClipLoss")
+    specs = [VectorSpec("outlier weights, bits 4, group 128", teeth, Case({"x": xw, "w": ww}, {"bits": 4}))]
+    specs += [VectorSpec(f"outlier weights, bits {b}, group {g}", teeth, Case({"x": x, "w": w}, {"bits": b, "group": g}))
+              for b, g in ((4, 32), (3, 64), (2, 32), (8, 32), (4, -1))]
+    xl, wl = _sampled_layer()
+    wz = w.copy()
+    wz[:4, :32] = 0
+    specs += [
+        VectorSpec("1030 tokens: every second token is read (1030 // 512 = 2)", ("ClipSample", "Float16Input"),
+                   Case({"x": xl, "w": wl}, {"group": -1, "bits": 3})),
+        VectorSpec("all-zero groups clip to 0", ("ClipGrid",), Case({"x": x, "w": wz}, {"group": 32})),
+        VectorSpec("x as [batch, seq, in]", ("InputRank", "ClipAxis"),
+                   Case({"x": x.reshape(2, 16, 64), "w": w}, {"group": 64})),
+        VectorSpec("float64 inputs (the weights rounded to float32 for the quantizer)", ("ClipAxis",),
+                   Case({"x": x.astype(np.float64), "w": w.astype(np.float64) * (1 + 2.0 ** -30)}, {"group": 64})),
+    ]
+    return specs + _invalid(x[:4], w[:4], "clip")
+
+
+def _examples(clip: bool):
+    def strategy(supported):
+        @st.composite
+        def case(draw):
+            params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+            g = params.get("group", 128)
+            cin = draw(st.sampled_from([64, 128, 256] if g in (-1, 32, 64) else [128, 256]), label="in")
+            seed = draw(st.integers(0, 2**16), label="seed")
+            n = draw(st.sampled_from([8, 40, 200]), label="tokens")
+            x, w = _layer(f"example {seed}", n, cin, draw(st.sampled_from([16, 32]), label="out"),
+                          outliers=draw(st.integers(1, 4), label="outliers"))
+            return Case({"x": x, "w": w}, params)
+
+        return case()
+
+    return strategy
+
+
+def _fail(part: str, problem: str) -> Comparison:
+    return Comparison(False, 0, 0, np.inf, "", problem=problem, part=part)
+
+
+def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float) -> Comparison:
+    e, a = np.asarray(e, np.float64), np.asarray(a)
+    if a.dtype.kind != "f" or a.shape != e.shape:
+        return _fail(part, f"expected float values of shape {e.shape}, got {a.dtype} {a.shape}")
+    a = a.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        rel = np.where(e == a, 0.0, np.abs(a - e) / np.abs(e))
+    bad = ~(rel <= rtol)
+    if not bad.any():
+        return Comparison(True, e.size, 0, float(rel.max(initial=0)), "relative", rtol, part=part)
+    i = tuple(int(k) for k in np.argwhere(bad)[0])
+    return Comparison(False, e.size, int(bad.sum()), float(np.nanmax(np.where(bad, rel, 0)) if np.isfinite(rel[bad]).all()
+                      else np.inf), "relative", rtol, first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
+
+
+def compare_search(expected, actual) -> Comparison:
+    """(s, choice, losses): losses within LOSS_RTOL, the choice any grid point whose expected
+    loss is within CHOICE_RTOL of the smallest, s within SCALE_RTOL where the choice is the oracle's."""
+    if not isinstance(actual, tuple) or len(actual) != 3:
+        return _fail("", "expected a tuple (scales, choice, losses)")
+    (s, choice, losses), (s_a, choice_a, losses_a) = expected, actual
+    cmp = _relative("losses", losses, losses_a, LOSS_RTOL)
+    if not cmp.ok:
+        return cmp
+    c = np.asarray(choice_a)
+    if c.shape != () or c.dtype.kind not in "iu" or not 0 <= int(c) < len(losses):
+        return _fail("choice", f"expected an integer index below {len(losses)}, got {c.dtype} {c!r}")
+    best = float(np.min(losses))
+    if float(losses[int(c)]) > best * (1 + CHOICE_RTOL):
+        return Comparison(False, 1, 1, float(losses[int(c)] / best - 1) if best else np.inf, "relative loss",
+                          CHOICE_RTOL, first=Mismatch((), f"{int(choice)} (loss {best!r})",
+                                                      f"{int(c)} (loss {float(losses[int(c)])!r})"), part="choice")
+    if int(c) != int(choice):
+        return Comparison(True, 1, 0, 0.0, "relative loss", CHOICE_RTOL, part="choice")
+    return _relative("scales", s, s_a, SCALE_RTOL)
+
+
+def compare_clip(expected, actual) -> Comparison:
+    """max_val: equal (float32 thresholds amax * fl32(1 - i/20)) in all but CLIP_FLIPS groups
+    plus CLIP_FRACTION of them (float32 ties between two shrink steps' errors)."""
+    e, a = np.asarray(expected), np.asarray(actual)
+    if a.dtype.kind != "f" or a.shape != e.shape:
+        return _fail("max_val", f"expected float values of shape {e.shape}, got {a.dtype} {a.shape}")
+    bad = e.astype(np.float64) != a.astype(np.float64)
+    allowed = CLIP_FLIPS + int(CLIP_FRACTION * e.size)
+    worst = float(np.max(np.abs(a - e.astype(np.float64)), initial=0))
+    first = None
+    if bad.any():
+        i = tuple(int(k) for k in np.argwhere(bad)[0])
+        first = Mismatch(i, repr(float(e[i])), repr(float(a[i])))
+    return Comparison(int(bad.sum()) <= allowed, e.size, int(bad.sum()), worst, "|difference|", float(allowed),
+                      first=first, part="max_val")
+
+
+def _search_flags(case: Case) -> tuple[str, ...]:
+    return ("DuoScaling",) if case.params.get("duo_scaling") else ("Random",)
+
+
+OPERATIONS = [
+    AREA.exact("awq.search_scales", awq.search_scales, anchor="awq",
+               summary="x [..., in], w [out, in] -> (s [in], choice, losses [20]): AWQ's scale search",
+               variants=(BITS, GROUP, DUO, GRID), vectors=_search_vectors, examples=_examples(False),
+               compare=compare_search, outputs=("scales", "choice", "losses"), case_flags=_search_flags),
+    AREA.exact("awq.search_clip", awq.search_clip, anchor="awq-clip",
+               summary="x [..., in], W s [out, in] -> max_val [out, in/g]: AWQ's clip search",
+               variants=(BITS, GROUP), vectors=_clip_vectors, examples=_examples(True), compare=compare_clip,
+               case_flags=lambda case: ("Random",)),
+]

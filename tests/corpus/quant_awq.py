@@ -1,0 +1,164 @@
+"""The AWQ bug corpus: wrong searches written the way AWQ ports have gone wrong, each one
+step changed from the default run's kernel (ref.conformance.adapters.numpy_awq), and
+correct alternatives that must pass.
+
+AWQ_BUGS: name -> (op, flag, kernel). `bug(name)` is the Implementation of that one op;
+`CORRECT`: name -> Implementation of both ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ref.conformance.adapters import numpy_awq as K
+from ref.conformance.implementation import Implementation
+
+SCALES, CLIP = "quant.awq.search_scales", "quant.awq.search_clip"
+F32 = np.float32
+
+
+def _scales(**steps):
+    def kernel(x, w, bits=4, group=128, duo_scaling=False, grid="awq"):
+        return K.search_scales(x, w, bits=bits, group=group, duo_scaling=duo_scaling, grid_kind=grid, **steps)
+    return kernel
+
+
+def _clip(**steps):
+    def kernel(x, w, bits=4, group=128):
+        return K.clip_search(x, w, bits=bits, group=group, **steps)
+    return kernel
+
+
+def _wrong_side(w, s, bits, g):
+    """Q(W / s) * s: the salient channels shrunk before quantization (x * s fed in)."""
+    return K.pseudo_quantize(w / s[None, :], bits, g) * s[None, :]
+
+
+def _unnormalized(xm, wm, ratio, duo):
+    """x_mean^alpha without the division by sqrt(max * min)."""
+    r = F32(ratio)
+    if duo:
+        return np.maximum(xm ** r / (wm ** (F32(1) - r) + F32(1e-4)), F32(1e-4)).astype(F32)
+    return np.maximum(xm ** r, F32(1e-4)).astype(F32)
+
+
+def _unclamped(xm, wm, ratio, duo):
+    """x_mean^alpha normalized without the 1e-4 floor: a dead channel's 0 makes min(s) = 0."""
+    r = F32(ratio)
+    s = (xm ** r / (wm ** (F32(1) - r) + F32(1e-4))) if duo else xm ** r
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = s / np.sqrt(s.max() * s.min())
+    s[~np.isfinite(s)] = 1
+    return s.astype(F32)
+
+
+def _duo_exponent_swapped(xm, wm, ratio, duo):
+    """Duo scaling with w_mean^alpha in the denominator instead of w_mean^(1 - alpha)."""
+    return K.scales_for(xm, wm ** (F32(ratio) / max(F32(1) - F32(ratio), F32(1e-3))), ratio, duo) if duo else \
+        K.scales_for(xm, wm, ratio, duo)
+
+
+def _raw_w_mean(w, g):
+    """w_mean as the mean of |W| per column, not normalized by each group's amax."""
+    return np.abs(w).mean(axis=0, dtype=F32)
+
+
+def _loss_on_weights(x, w, *, bits=4, group=128, duo_scaling=False, grid="awq"):
+    """mean((W - Q(W s) / s)^2): the activations do not weigh the error."""
+    xs, ws, g = K.check(x, w, bits, group)
+    xm, wm = K.x_mean(xs), K.w_mean(ws, g)
+    tried = [K.scales_for(xm, wm, r, d) for r, d in K.grid(20, duo_scaling, grid)]
+    losses = [float(np.mean((ws - K.scaled_weight(ws, s, int(bits), g)).astype(np.float64) ** 2)) for s in tried]
+    best = K.pick(losses)
+    return tried[best], np.int64(best), np.array(losses)
+
+
+def _grid_with_one(n_grid, duo, kind):
+    """alpha = i / (n - 1) where the reference's i / n is declared: 1.0 tried, 0.95 not."""
+    return [(i / (n_grid - 1), duo) for i in range(n_grid)]
+
+
+def _grid_without_zero(n_grid, duo, kind):
+    """alpha = (i + 1) / n: plain RTN (alpha 0) never tried."""
+    return [((i + 1) / n_grid, duo) for i in range(n_grid)]
+
+
+def _last_minimum(losses):
+    return int(len(losses) - 1 - np.argmin(np.asarray(losses)[::-1]))
+
+
+def _argmax(losses):
+    return int(np.argmax(losses))
+
+
+def _amax_over_rows(wb):
+    """The threshold's amax taken over the output rows too (axis 0 as well as the group)."""
+    return np.broadcast_to(np.abs(wb).max(axis=(0, -1), keepdims=True), wb.shape[:-1] + (1,)).copy()
+
+
+def _clip_whole_row(x, w, *, bits=4, group=128):
+    """One threshold per row: amax over the whole row, clipped and judged together, broadcast to its groups."""
+    xs, ws, g = K.check(x, w, bits, group)
+    per_row = K.clip_search(xs, ws, bits=bits, group=-1)  # [out, 1]
+    return np.repeat(per_row, ws.shape[1] // g, axis=1)
+
+
+def _from_one(n):
+    """Shrink steps i = 1 .. n: the unclipped range never tried."""
+    return range(1, n + 1)
+
+
+def _first_tokens(a, n):
+    """The first 512 tokens instead of every max(1, n // 512)-th."""
+    return a[:n]
+
+
+def _all_tokens(a, n):
+    return a
+
+
+def _symmetric_clamp_upper_only(v, m):
+    """Only the upper end clamped (min(w, max_val)), the negative tail kept."""
+    return np.minimum(v, m)
+
+
+AWQ_BUGS = {
+    "scales applied to the wrong side (Q(W / s) * s)": (SCALES, "ScaleSide", _scales(weight=_wrong_side)),
+    "scales not normalized by sqrt(max * min)": (SCALES, "ScaleNorm", _scales(scales=_unnormalized)),
+    "scales not clamped at 1e-4 (a dead channel's 0)": (SCALES, "ScaleFloor", _scales(scales=_unclamped)),
+    "loss on the weights instead of the outputs": (SCALES, "LossOnOutput", _loss_on_weights),
+    "grid i / (n - 1): 1.0 included": (SCALES, "ScaleGrid", _scales(points=_grid_with_one)),
+    "grid (i + 1) / n: alpha 0 missing": (SCALES, "ScaleGrid", _scales(points=_grid_without_zero)),
+    "the largest loss chosen": (SCALES, "Random", _scales(choose=_argmax)),
+    "duo scaling with w_mean^alpha": (SCALES, "DuoScaling", _scales(scales=_duo_exponent_swapped)),
+    "duo scaling's w_mean not normalized per group": (SCALES, "DuoScaling", _scales(mean_w=_raw_w_mean)),
+    "clip threshold over the output rows": (CLIP, "ClipAxis", _clip(amax_of=_amax_over_rows)),
+    "clip threshold and error over the whole row": (CLIP, "ClipLoss", _clip_whole_row),
+    "clip grid from i = 1 (no clip never tried)": (CLIP, "ClipGrid", _clip(shrinks=_from_one)),
+    "clip search on the first 512 tokens": (CLIP, "ClipSample", _clip(sample=_first_tokens)),
+    "clip search on every token": (CLIP, "ClipSample", _clip(sample=_all_tokens)),
+    "clip clamps the upper end only": (CLIP, "ClipAxis", _clip(clamp=_symmetric_clamp_upper_only)),
+}
+
+
+def bug(name: str) -> Implementation:
+    op, _, kernel = AWQ_BUGS[name]
+    return Implementation(name, {op: kernel}, variants={op: K.VARIANTS[op]})
+
+
+# ------------------------------------------------------------------ correct alternatives
+
+
+def _float64_pick_last_search(x, w, bits=4, group=128, duo_scaling=False, grid="awq"):
+    """The default kernel with the float output and the quantized one subtracted in float64."""
+    def loss64(reference, x, q):
+        d = x.astype(np.float64) @ q.T.astype(np.float64) - reference.astype(np.float64)
+        return float(np.mean(d * d))
+    return K.search_scales(x, w, bits=bits, group=group, duo_scaling=duo_scaling, grid_kind=grid, error=loss64)
+
+
+CORRECT = {
+    "float32 kernel, clip rows in blocks of 64": Implementation("numpy awq", dict(K.OPS), variants=dict(K.VARIANTS)),
+    "float64 loss": Implementation("numpy awq, float64 loss", {SCALES: _float64_pick_last_search, CLIP: K.OPS[CLIP]},
+                                   variants=dict(K.VARIANTS)),
+}
