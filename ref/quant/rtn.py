@@ -164,7 +164,8 @@ def mse_params(w: ArrayLike, *, bits: int, scheme: Scheme | str = Scheme.ASYMMET
     """GPTQ's MSE range search: for i = 0 .. floor(maxshrink * grid) - 1, the range
     (p lo, p hi) with p = f(1 - i / grid) (f: rounded to w's dtype, as torch multiplies
     a tensor by a Python float) gives (scale_i, zero_i); each group keeps the first
-    whose error sum |dequantize(quantize(w)) - w|^norm is strictly the smallest.
+    whose error sum |dequantize(quantize(w)) - w|^norm is the smallest (the reference
+    loops over i replacing on a strict <: the earliest of equal errors wins).
     The error is summed in float64 whatever w's dtype (a float32 sum in another
     order can choose another shrink where two errors nearly tie)."""
     bits, scheme, zero_range, scale_floor, _ = _options(bits, scheme, zero_range, scale_floor, 0.0)
@@ -174,19 +175,15 @@ def mse_params(w: ArrayLike, *, bits: int, scheme: Scheme | str = Scheme.ASYMMET
         raise ValueError(f"maxshrink: expected a fraction in (0, 1], got {maxshrink}")
     w = _weights(w)
     dt = w.dtype.type
-    lo, hi = _adjusted_range(w, scheme, zero_range)
-    best = np.full(lo.shape, np.inf)
-    scale, zero = _from_range(lo, hi, bits, scheme, scale_floor, 0.0)
-    for i in range(int(maxshrink * grid)):
-        p = dt(1 - i / grid)
-        scale_i, zero_i = _from_range((p * lo).astype(w.dtype), (p * hi).astype(w.dtype), bits, scheme,
-                                      scale_floor, 0.0)
-        fake = dequantize(quantize(w, scale_i, zero_i, bits=bits), scale_i, zero_i)  # [..., g]
-        err = (np.abs(fake.astype(np.float64) - w) ** norm).sum(axis=-1)  # [...]
-        better = err < best
-        best = np.where(better, err, best)
-        scale, zero = np.where(better, scale_i, scale), np.where(better, zero_i, zero)
-    return scale, zero
+    lo, hi = _adjusted_range(w, scheme, zero_range)  # [...]
+    p = np.array([dt(1 - i / grid) for i in range(int(maxshrink * grid))], dtype=w.dtype)  # [P]
+    p = p.reshape(-1, *(1,) * lo.ndim)  # [P, 1, ...]: every shrink at once
+    scale, zero = _from_range((p * lo).astype(w.dtype), (p * hi).astype(w.dtype), bits, scheme, scale_floor, 0.0)
+    fake = scale[..., None] * (_codes(w, scale[..., None], zero[..., None], bits) - zero[..., None])  # [P, ..., g]
+    err = (np.abs(fake.astype(np.float64) - w) ** norm).sum(axis=-1)  # [P, ...]
+    first = np.argmin(err, axis=0)[None] if err.size else np.zeros((1, *lo.shape), np.int64)  # first minimum
+    return (np.take_along_axis(scale, first, axis=0)[0].astype(w.dtype),
+            np.take_along_axis(zero, first, axis=0)[0].astype(w.dtype))
 
 
 def _per_group(arr: ArrayLike, w: NDArray, name: str) -> NDArray:
@@ -217,9 +214,14 @@ def quantize(w: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int) -> N
         raise ValueError("scale: expected positive finite scales")
     if not ((zero == np.rint(zero)).all() and (zero >= 0).all() and (zero <= maxq).all()):
         raise ValueError(f"zero: expected integers in [0, {int(maxq)}]")
+    return _codes(w, scale, zero, bits).astype(np.int64)
+
+
+def _codes(w: NDArray, scale: NDArray, zero: NDArray, bits: int) -> NDArray:
+    """clamp(rne(w / scale) + zero, 0, maxq) in w's dtype (as floats)."""
+    dt = w.dtype.type
     with np.errstate(over="ignore"):
-        q = np.clip(np.rint((w / scale).astype(w.dtype)) + zero, dt(0), maxq)
-    return q.astype(np.int64)
+        return np.clip(np.rint((w / scale).astype(w.dtype)) + zero, dt(0), dt((1 << bits) - 1))
 
 
 def dequantize(codes: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int | None = None) -> NDArray:

@@ -159,6 +159,17 @@ def _mse_vectors(rng) -> list[VectorSpec]:
     return specs
 
 
+def _inexact_span(rng) -> np.ndarray:
+    """Rows [8, 32] of non-negative multiples of 2^-24 with the maximum near 1/2 and
+    one odd multiple of 2^-30 below zero: hi - lo needs 30 bits, so float32 rounds
+    it, and the float32 scale differs from the float64 one rounded to float32 in some
+    rows."""
+    ints = rng.integers(0, 2**22, (8, 32)) * 64
+    ints[:, 0] = (2**23 + rng.integers(1, 2**20, 8)) * 64
+    ints[:, 1] = -(rng.integers(1, 64, 8) * 2 + 1)
+    return (ints * 2.0**-30).astype(np.float32)
+
+
 def _shape_vectors(rng) -> list[VectorSpec]:
     w = _layer(rng, (4, 64))
     near = np.float32([0.5, 0.4375]) + np.float32(2.0**-20)  # float32 and float64 scales differ in the last bit
@@ -168,6 +179,8 @@ def _shape_vectors(rng) -> list[VectorSpec]:
                    Case({"w": odd.astype(np.float64)[None, :] * 3}, {"group": 32})),
         VectorSpec("float32 weights of the same values: float32 arithmetic", ("ArithmeticDtype",),
                    Case({"w": (odd.astype(np.float64) * 3).astype(np.float32)[None, :]}, {"group": 32})),
+        VectorSpec("float32 weights whose range is inexact in float32: float32 steps, not float64",
+                   ("ArithmeticDtype",), Case({"w": _inexact_span(rng)}, {"group": 32})),
         VectorSpec("float16 weights (widened to float32)", ("ArithmeticDtype",),
                    Case({"w": w[:2].astype(np.float16)}, {"group": 32})),
         VectorSpec("one row: 1-d weights", ("GroupAxis",), Case({"w": w[0]}, {"group": 32})),
