@@ -1,0 +1,117 @@
+"""GPTQModel 7.7.0's GPTQ (gptqmodel.quantization.gptq.GPTQ.quantize, the eager column loop,
+on CPU) as an implementation of quant.gptq.
+
+One torch Linear holds w; GPTQ(linear, QuantizeConfig(...)) with
+
+  bits, group_size=group, sym=(scheme == "symmetric"), desc_act=act_order,
+  static_groups=(group_params == "static"), damp_percent=percdamp,
+  damp_auto_increment=0 (no retry with more dampening), act_group_aware=False
+
+and `quantizer.configure(perchannel=True)` (as its gptq processor does). The Hessian is
+given, not accumulated: it is set as the finished H (GPTQModel's add_batch keeps
+2 X^T X / n, the oracle's convention) with a sample count of 1. quantize(blocksize)
+returns the dequantized weights, scales and zero points [rows, groups] and g_idx; the
+codes are round(Q / scale) + zero (exact: Q is scale * (code - zero) in float32). Its
+per-element losses are summed and divided by the sample count before they are
+returned: the adapter reads the tensor the column loop fills (the first
+torch.zeros_like of the weights in quantize), summed over each row.
+
+GPTQModel's own defaults differ from the reference's and are not what this adapter
+runs (spec/quant.md, "Engines"): damp_percent 0.05 (not 0.01), damp_auto_increment
+0.0015 (a Hessian that fails Cholesky is retried with more dampening, then with a
+diagonal floor), and act_group_aware=True whenever desc_act is off (GAR: columns
+reordered inside each group by diag H and the groups by their largest diag H).
+
+Run (spec/quant.md, "Engines"):
+  python -m ref conform --impl ref.conformance.adapters.gptqmodel_gptq \
+      --xfails-file ref/conformance/adapters/gptqmodel_gptq.xfails --ops 'quant.*'
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import types
+from importlib.metadata import version
+
+import numpy as np
+import torch
+
+from ref.conformance.adapters import as_native
+
+os.environ.setdefault("GPTQMODEL_SKIP_BANNER", "1")
+from gptqmodel.quantization import gptq as gptq_module  # noqa: E402
+from gptqmodel.quantization.config import QuantizeConfig  # noqa: E402
+
+NAME = "GPTQModel GPTQ (eager, CPU)"
+VERSION = f"gptqmodel {version('gptqmodel')}, torch {torch.__version__}"
+OP = "quant.gptq"
+_SCRATCH = tempfile.mkdtemp(prefix="gptqmodel-adapter-")  # QuantizeConfig's offload folder, never written
+
+
+class _Recording(types.ModuleType):
+    """torch, except that every torch.zeros_like the GPTQ module calls is kept (the first,
+    in quantize, is its per-element loss matrix)."""
+
+    def __init__(self):
+        super().__init__("torch")
+        self.kept = []
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def zeros_like(self, *args, **kwargs):
+        out = torch.zeros_like(*args, **kwargs)
+        self.kept.append(out)
+        return out
+
+
+def config(*, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, act_order=False, group_params="dynamic",
+           **overrides) -> QuantizeConfig:
+    """The QuantizeConfig this adapter runs (the reference's settings; `overrides` set others)."""
+    if scheme not in ("asymmetric", "symmetric"):
+        raise NotImplementedError("GPTQModel's schemes: asymmetric and GPTQ's symmetric")
+    settings = dict(bits=int(bits), group_size=int(group), sym=scheme == "symmetric", desc_act=bool(act_order),
+                    static_groups=group_params == "static" and group != -1, damp_percent=float(percdamp),
+                    damp_auto_increment=0.0, act_group_aware=False, offload_to_disk=False,
+                    offload_to_disk_path=_SCRATCH)
+    settings.update(overrides)
+    return QuantizeConfig(**settings)
+
+
+def run(w, hessian, cfg: QuantizeConfig, blocksize=128):
+    """GPTQ.quantize on one Linear holding w with the Hessian given: (Q, scale, zero, g_idx,
+    per-element losses, avg_loss, damp used)."""
+    wt = torch.from_numpy(as_native(np.asarray(w))).to(torch.float32)
+    ht = torch.from_numpy(as_native(np.asarray(hessian))).to(torch.float32)
+    if wt.ndim != 2 or ht.shape != (wt.shape[1], wt.shape[1]):
+        raise ValueError(f"w, hessian: expected [rows, cols] and [cols, cols], got {tuple(wt.shape)}, {tuple(ht.shape)}")
+    linear = torch.nn.Linear(wt.shape[1], wt.shape[0], bias=False)
+    linear.weight.data = wt.clone()
+    g = gptq_module.GPTQ(linear, cfg)
+    g.quantizer.configure(perchannel=True)
+    g.H, g.nsamples, g._hessian_total_samples, g._hessian_dirty = ht.clone(), 1, 1, False
+    recording = _Recording()
+    gptq_module.torch = recording
+    try:
+        q, scale, zero, g_idx, _, avg_loss, damp, _ = g.quantize(blocksize=int(blocksize))
+    finally:
+        gptq_module.torch = torch
+    return q, scale, zero, g_idx, recording.kept[0], avg_loss, damp
+
+
+def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, blocksize=128, act_order=False,
+         group_params="dynamic"):
+    cfg = config(bits=bits, group=group, scheme=scheme, percdamp=percdamp, act_order=act_order,
+                 group_params=group_params)
+    q, scale, zero, g_idx, losses, _, _ = run(w, hessian, cfg, blocksize)
+    gi = g_idx.to(torch.int64)
+    s, z = scale.to(torch.float32), zero.to(torch.float32)
+    codes = torch.round(q / s[:, gi]) + z[:, gi]
+    return (codes.to(torch.int64).numpy(), s.numpy(), z.to(torch.int64).numpy(), gi.numpy(),
+            losses.sum(dim=1).numpy().astype(np.float32))
+
+
+OPS = {OP: gptq}
+VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric"], "act_order": [False, True],
+                 "group_params": ["dynamic", "static"]}}
