@@ -9,7 +9,8 @@ weights along the last axis, the codes, and the weights they stand for.
                    scale = (hi - lo) / maxq,  zero = (maxq + 1) / 2
       symmetric_compressed_tensors:  scale = 2 amax / maxq,  zero = 2^(b-1)
       symmetric_restricted:          scale = amax / (2^(b-1) - 1), zero = 2^(b-1)
-      an all-zero group: lo, hi = -1, +1 (asymmetric and GPTQ's symmetric, as GPTQ does);
+      an all-zero group: lo, hi = -1, +1 (asymmetric and GPTQ's symmetric with
+      include_zero, as GPTQ does; minmax leaves it to the floors, as AWQ does);
       scale 1 (symmetric_restricted, as ref.formats.intgroup); scale 0 raised to the
       floor (symmetric_compressed_tensors, as compressed-tensors clamps it)
       scale = max(scale, floor): floor = the dtype's smallest normal ("tiny") or its
@@ -101,15 +102,16 @@ def _options(bits, scheme, zero_range, scale_floor, span_floor):
 
 
 def _adjusted_range(w: NDArray, scheme: Scheme, zero_range: ZeroRange) -> tuple[NDArray, NDArray]:
-    """(lo, hi) [...] of each group after the scheme's adjustments: an all-zero group
-    takes -1, +1; GPTQ's symmetric moves lo to -amax where lo < 0 and hi to amax."""
+    """(lo, hi) [...] of each group after the scheme's adjustments: GPTQ's symmetric
+    moves lo to -amax where lo < 0 and hi to amax; with include_zero an all-zero group
+    takes -1, +1 (GPTQ)."""
     dt = w.dtype.type
     lo, hi = _range(w, zero_range)
     if scheme is Scheme.SYMMETRIC:
         hi = np.maximum(np.abs(lo), hi).astype(w.dtype)
         lo = np.where(lo < 0, -hi, lo).astype(w.dtype)
-    if scheme not in (Scheme.ASYMMETRIC, Scheme.SYMMETRIC):
-        return lo, hi
+    if scheme not in (Scheme.ASYMMETRIC, Scheme.SYMMETRIC) or zero_range is ZeroRange.MINMAX:
+        return lo, hi  # AWQ's minmax leaves an all-zero group to the span and scale floors
     empty = (lo == 0) & (hi == 0)
     return np.where(empty, dt(-1), lo).astype(w.dtype), np.where(empty, dt(1), hi).astype(w.dtype)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from corpus import patched
 from ref.conformance.adapters import numpy_quant_codecs as K
+from ref.conformance.adapters import numpy_quant_packing as KP
 from ref.conformance.implementation import Implementation
 
 Q, DQ = "quant.rtn.quantize", "quant.rtn.dequantize"
@@ -77,11 +78,11 @@ def _symmetric_as(other):
 
 def _gptq_symmetric_ct_scale(original):
     """GPTQ's symmetric lo = -amax applied to every group, also a non-negative one."""
-    def adjust(lo, hi, scheme):
+    def adjust(lo, hi, scheme, include_zero=True):
         if scheme == "symmetric":
             hi = np.maximum(-lo, hi)
             lo = -hi
-        return original(lo, hi, "asymmetric" if scheme == "symmetric" else scheme)
+        return original(lo, hi, "asymmetric" if scheme == "symmetric" else scheme, include_zero)
     return adjust
 
 
@@ -96,7 +97,7 @@ def _restricted_power_of_two(original):
 
 
 def _no_dead_fix(original):
-    def adjust(lo, hi, scheme):
+    def adjust(lo, hi, scheme, include_zero=True):
         if scheme == "symmetric":
             hi = np.maximum(-lo, hi)
             lo = np.where(lo < 0, -hi, lo)
@@ -181,14 +182,119 @@ RTN_BUGS = {
     "dequantize subtracts the zero point after scaling": (DQ, "ZeroPointRounding", _dequantize_scaled_zero),
 }
 
-PACK_BUGS = {}
+# ------------------------------------------------------------------ packing
+
+
+def _sequential(original):
+    return list(range(8))
+
+
+def _qweight_along_output(codes, *, bits=4):
+    codes = KP.check_codes(codes, bits, "codes")
+    return KP.pack_rows(np.ascontiguousarray(codes.T), bits, KP.whole(codes.shape[0], bits, "codes"))
+
+
+def _straddle_cut(original):
+    """Each word keeps only the bits that land in it: a code that crosses into the next
+    word loses its high bits (packing word by word with shifts that overflow)."""
+    def row_to_words(row, bits, nwords):
+        words = original(row, bits, nwords)
+        for k, c in enumerate(row):
+            start = k * bits
+            if start // 32 != (start + bits - 1) // 32 and (start // 32) + 1 < nwords:
+                words[start // 32 + 1] &= ~((int(c) >> (32 - start % 32)) & KP.MASK32) & KP.MASK32
+        return words
+    return row_to_words
+
+
+def _ignore_format(fn):
+    def kernel(*args, zero_format="v1", **kw):
+        return fn(*args, zero_format="v2", **kw)
+    return kernel
+
+
+def _word_add_repair(qzeros, *, bits=4):
+    """GPTQModel's v1 -> v2: one constant per word with a 1 in every field (carries)."""
+    q = KP.check_words(qzeros, "qzeros").view(np.uint32).astype(np.uint64)
+    one = sum(1 << k for k in range(0, 32, bits)) if bits != 3 else None
+    if one is None:  # the 3-bit stream: a 1 at every field start, spread over 3 words
+        pattern = [sum(1 << (3 * k - 32 * j) for k in range(32) if 32 * j <= 3 * k < 32 * (j + 1)) for j in range(3)]
+        add = np.array([pattern[j % 3] for j in range(q.shape[1])], np.uint64)
+    else:
+        add = np.uint64(one)
+    return ((q + add) & np.uint64(KP.MASK32)).astype(np.uint32).view(np.int32)
+
+
+def _signed_words(original):
+    def words_to_row(words, bits, count):
+        big = 0
+        for j, w in enumerate(words):
+            big += int(np.int32(np.uint32(int(w) & KP.MASK32))) << (32 * j)  # the word's sign kept
+        return [(big >> (k * bits)) & ((1 << bits) - 1) if k < count - 1 else big >> (k * bits)
+                for k in range(count)]
+    return words_to_row
+
+
+def _g_idx_forcing(static):
+    def kernel(perm, *, group=128, static_groups=False):
+        return KP.gptq_g_idx(perm, group=group, static_groups=static)
+    return kernel
+
+
+def _loader_ignores_g_idx(qweight, qzeros, scales, g_idx, *, bits=4, zero_format="v1"):
+    codes = KP.gptq_unpack_qweight(qweight, bits=bits)
+    zeros = KP.gptq_unpack_qzeros(qzeros, bits=bits, zero_format=zero_format)
+    size = codes.shape[1] // zeros.shape[1]
+    return KP.dequant(codes, zeros, scales, np.arange(codes.shape[1]) // size)
+
+
+def _twos_complement(value, *, bits=4, packed_dim=1, layout="dense"):
+    """Signed codes packed as their two's-complement low bits (no 2^(b-1) offset)."""
+    v = np.asarray(value)
+    if v.dtype != np.int8:
+        return KP.ct_pack(value, bits=bits, packed_dim=packed_dim, layout=layout)
+    shifted = (v.astype(np.int64) & ((1 << bits) - 1)) - (1 << (bits - 1))  # ct_pack adds 2^(b-1) back
+    return KP.ct_pack(shifted.astype(np.int8), bits=bits, packed_dim=packed_dim, layout=layout)
+
+
+def _always(layout):
+    def kernel(value, *, bits=4, packed_dim=1, layout_=None, **kw):
+        return KP.ct_pack(value, bits=bits, packed_dim=packed_dim, layout=layout)
+    return kernel
+
+
+PK = "quant.pack."
+PACK_BUGS = {
+    "AWQ nibble order replaced by sequential": (PK + "awq_pack", "AwqOrder",
+                                                patched(KP.awq_pack, KP, "AWQ_POSITIONS", _sequential)),
+    "AWQ loader reads words in sequential order": (PK + "awq_dequantize", "AwqOrder",
+                                                   patched(KP.awq_dequantize, KP, "AWQ_POSITIONS", _sequential)),
+    "GPTQ qweight packed along the output axis": (PK + "gptq_qweight", "PackAxis", _qweight_along_output),
+    "3-bit codes straddling a word lose their high bits": (PK + "gptq_qweight", "Straddle3Bit",
+                                                           patched(KP.gptq_qweight, KP, "row_to_words", _straddle_cut)),
+    "v1 zero points read as v2 (not repaired)": (PK + "gptq_unpack_qzeros", "ZeroFormatV1",
+                                                 _ignore_format(KP.gptq_unpack_qzeros)),
+    "v1 zero points written without the minus one": (PK + "gptq_qzeros", "ZeroFormatV1",
+                                                     _ignore_format(KP.gptq_qzeros)),
+    "v1 loader does not repair the zero points": (PK + "gptq_dequantize", "ZeroFormatV1",
+                                                  _ignore_format(KP.gptq_dequantize)),
+    "v1 repair by a whole-word add (carries out of a field)": (PK + "gptq_repair_v1", "CarryRepair", _word_add_repair),
+    "unpack sign-extends the top field of a word": (PK + "gptq_unpack_qweight", "WordSign",
+                                                    patched(KP.gptq_unpack_qweight, KP, "words_to_row", _signed_words)),
+    "static-group g_idx computed in permuted order": (PK + "gptq_g_idx", "GIdxOrder", _g_idx_forcing(False)),
+    "act-order g_idx written in quantization order": (PK + "gptq_g_idx", "GIdxOrder", _g_idx_forcing(True)),
+    "loader ignores g_idx (group = i // group size)": (PK + "gptq_dequantize", "GIdxOrder", _loader_ignores_g_idx),
+    "compressed-tensors codes packed as two's complement": (PK + "ct_pack", "SignedOffset", _twos_complement),
+    "compressed-tensors padded words where dense is declared": (PK + "ct_pack", "CtLayout", _always("padded")),
+}
 
 
 # The entries the issue names: the corpus rule runs them in the default profile, the rest in `-m deep`.
-DEFAULT_PROFILE = {"zero point off by one", "range never forced to include zero"}
+DEFAULT_PROFILE = {"zero point off by one", "range never forced to include zero",
+                   "AWQ nibble order replaced by sequential", "static-group g_idx computed in permuted order"}
 
 
 def bug(name: str) -> Implementation:
     op, _, kernel = {**RTN_BUGS, **PACK_BUGS}[name]
-    variants = {**K.VARIANTS}
-    return Implementation(f"bug: {name}", {op: kernel}, variants={op: variants[op]})
+    variants = {**K.VARIANTS, **KP.VARIANTS}
+    return Implementation(f"bug: {name}", {op: kernel}, variants={op: variants[op]} if op in variants else {})

@@ -65,13 +65,13 @@ def value_range(r: np.ndarray, include_zero: bool) -> tuple[np.ndarray, np.ndarr
     return lo, hi
 
 
-def adjust(lo, hi, scheme: str):
-    """GPTQ's symmetric range and the -1, +1 range of an all-zero row."""
+def adjust(lo, hi, scheme: str, include_zero: bool = True):
+    """GPTQ's symmetric range and the -1, +1 range of an all-zero row (GPTQ's min-max only)."""
     t = lo.dtype.type
     if scheme == "symmetric":
         hi = np.maximum(-lo, hi)
         lo = np.where(lo < 0, -hi, lo)
-    if scheme in ("asymmetric", "symmetric"):
+    if scheme in ("asymmetric", "symmetric") and include_zero:
         dead = (lo == 0) & (hi == 0)
         lo, hi = np.where(dead, t(-1), lo), np.where(dead, t(1), hi)
     return lo, hi
@@ -139,7 +139,8 @@ def quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="include_z
         raise ValueError(f"bits: expected 2, 3, 4 or 8, got {bits}")
     w = as_weights(w)
     r = rows(w, group)
-    lo, hi = adjust(*value_range(r, zero_range == "include_zero"), scheme)
+    include = zero_range == "include_zero"
+    lo, hi = adjust(*value_range(r, include), scheme, include)
     if search == "mse":
         scale, zero = mse_search(r, lo, hi, bits, scheme, scale_floor)
     else:

@@ -126,6 +126,10 @@ def _edge_vectors() -> list[VectorSpec]:
         specs += [
             VectorSpec(f"{scheme}: an all-zero group", ("AllZeroGroup",),
                        Case({"w": np.stack([np.zeros(32, np.float32), one_sided])}, {"group": 32, "scheme": scheme})),
+            VectorSpec(f"{scheme}: an all-zero group, minmax (AWQ: no -1, +1 range; the floors decide)",
+                       ("AllZeroGroup", "IncludeZero"),
+                       Case({"w": np.stack([np.zeros(32, np.float32), one_sided])},
+                            {"group": 32, "scheme": scheme, "zero_range": "minmax"})),
             VectorSpec(f"{scheme}: a non-negative group (GPTQ's symmetric keeps lo = 0)", ("SymmetricConvention",),
                        Case({"w": one_sided[None, :]}, {"group": 32, "scheme": scheme})),
             VectorSpec(f"{scheme}: constant groups of +3/8 and -3/8, minmax (zero range, scale floored)",
