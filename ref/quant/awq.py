@@ -114,13 +114,24 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128):
     bits = integer(bits, "bits", choices=BITS)
     w = _floats(w, "w", ndim=2).astype(np.float32)
     g = _group(group, w.shape[1])
+    codes, scale, zero = _quantize(w.reshape(w.shape[0], w.shape[1] // g, g), bits)
+    return codes.reshape(w.shape).astype(np.int64), scale, zero
+
+
+def _quantize(wg: NDArray[np.float32], bits: int):
+    """wg [..., g] float32 -> (codes [..., g], scale [...], zero [...]), all float32."""
     qmax = F32((1 << bits) - 1)
-    wg = w.reshape(w.shape[0], -1, g)  # [out, in/g, g]
     hi, lo = wg.max(axis=-1), wg.min(axis=-1)
-    scale = (np.maximum(hi - lo, RANGE_FLOOR) / qmax).astype(np.float32)  # [out, in/g]
+    scale = np.maximum(hi - lo, RANGE_FLOOR) / qmax
     zero = np.clip(-np.rint(lo / scale), F32(0), qmax)
     codes = np.clip(np.rint(wg / scale[..., None]) + zero[..., None], F32(0), qmax)
-    return codes.reshape(w.shape).astype(np.int64), scale, zero
+    return codes, scale, zero
+
+
+def _fake_quantize(wg: NDArray[np.float32], bits: int) -> NDArray[np.float32]:
+    """Q over groups wg [..., g] float32, dequantized in float32."""
+    codes, scale, zero = _quantize(wg, bits)
+    return (codes - zero[..., None]) * scale[..., None]
 
 
 def dequantize(codes: ArrayLike, scales: ArrayLike, zeros: ArrayLike) -> NDArray[np.float32]:
@@ -193,10 +204,12 @@ def scale_weights(w: ArrayLike, s: ArrayLike) -> NDArray[np.float64]:
     return np.asarray(w, np.float64) * np.asarray(s, np.float64)[None, :]
 
 
-def _loss(x: NDArray, w: NDArray, s: NDArray, bits: int, group: int) -> float:
-    """mean over [n, out] of (x W^T - x (Q(W s) / s)^T)^2, as x (W - Q(W s) / s)^T."""
-    q = fake_quantize(scale_weights(w, s), bits=bits, group=group) / s[None, :]  # [out, in]
-    return float(np.mean((x @ (w - q).T) ** 2))
+def _losses(x: NDArray, w: NDArray, s: NDArray, bits: int, group: int) -> NDArray[np.float64]:
+    """mean over [n, out] of (x W^T - x (Q(W s) / s)^T)^2 for each row of s [k, in], as
+    x (W - Q(W s) / s)^T (the float64 difference, without the cancellation)."""
+    ws = (w[None] * s[:, None, :]).astype(np.float32)  # [k, out, in]
+    q = _fake_quantize(ws.reshape(*ws.shape[:2], -1, group), bits).reshape(ws.shape) / s[:, None, :]
+    return np.mean(np.matmul(x, np.swapaxes(w[None] - q, 1, 2)) ** 2, axis=(1, 2))  # [k]
 
 
 def search_scales(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128, duo_scaling: bool = False,
@@ -210,7 +223,7 @@ def search_scales(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128
     x_mean = activation_means(x)
     w_mean = weight_means(w, group=g) if any(duo for _, duo in points) else None
     all_s = [scales_at(x_mean, w_mean, alpha, duo) for alpha, duo in points]
-    losses = np.array([_loss(x, w, s, bits, g) for s in all_s])
+    losses = _losses(x, w, np.stack(all_s), bits, g)
     best = -1
     for i, loss in enumerate(losses):  # strict <: the first of equal losses wins, NaN never does
         if loss < (losses[best] if best >= 0 else np.inf):
@@ -238,9 +251,9 @@ def clip(w: ArrayLike, max_val: ArrayLike, *, group: int = 128) -> NDArray[np.fl
     return np.clip(w.reshape(w.shape[0], -1, g), -m, m).reshape(w.shape)
 
 
-def _group_outputs(xg: NDArray, wg: NDArray) -> NDArray[np.float64]:
-    """Partial outputs per group: xg [t, in/g, g], wg [out, in/g, g] -> [out, t, in/g]."""
-    return np.einsum("tkj,okj->otk", xg, wg.astype(np.float64))
+def _group_outputs(xk: NDArray, wk: NDArray) -> NDArray[np.float64]:
+    """Partial outputs per group: xk [in/g, t, g], wk [..., in/g, g, out] -> [..., in/g, t, out]."""
+    return np.matmul(xk, wk.astype(np.float64))
 
 
 def search_clip(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128,
@@ -254,19 +267,19 @@ def search_clip(x: ArrayLike, w: ArrayLike, *, bits: int = 4, group: int = 128,
     w = w.astype(np.float32)
     g = _group(group, w.shape[1])
     step = max(1, x.shape[0] // n_sample_token)
-    xg = x[::step].reshape(-1, w.shape[1] // g, g)  # [t, in/g, g]
+    xk = x[::step].reshape(-1, w.shape[1] // g, g).transpose(1, 0, 2)  # [in/g, t, g]
     wg = w.reshape(w.shape[0], -1, g)  # [out, in/g, g]
     amax = np.abs(wg).max(axis=-1)  # [out, in/g]
-    reference = _group_outputs(xg, wg)
-    best_err = np.full(amax.shape, CLIP_ERROR_START)
+    reference = _group_outputs(xk, wg.transpose(1, 2, 0))  # [in/g, t, out]
+    max_val = amax[None] * clip_candidates()[:, None, None]  # [steps, out, in/g], float32
+    q = _fake_quantize(np.clip(wg[None], -max_val[..., None], max_val[..., None]), bits)  # [steps, out, in/g, g]
+    err = np.mean((_group_outputs(xk, q.transpose(0, 2, 3, 1)) - reference) ** 2, axis=2).transpose(0, 2, 1)
+    best_err = np.full(amax.shape, CLIP_ERROR_START)  # err: [steps, out, in/g]
     best = amax.copy()
-    for factor in clip_candidates():
-        max_val = amax * factor  # float32
-        q = fake_quantize(clip(w, max_val, group=g), bits=bits, group=g).reshape(wg.shape)
-        err = np.mean((_group_outputs(xg, q) - reference) ** 2, axis=1)  # [out, in/g]
-        better = err < best_err
-        best_err = np.where(better, err, best_err)
-        best = np.where(better, max_val, best)
+    for step_err, step_val in zip(err, max_val):  # strict <: the smallest shrink of equal errors wins
+        better = step_err < best_err
+        best_err = np.where(better, step_err, best_err)
+        best = np.where(better, step_val, best)
     return best
 
 

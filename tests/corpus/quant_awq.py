@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from corpus import patched
 from ref.conformance.adapters import numpy_awq as K
 from ref.conformance.implementation import Implementation
 
-SCALES, CLIP = "quant.awq.search_scales", "quant.awq.search_clip"
+SCALES, CLIP, QUANTIZE = "quant.awq.search_scales", "quant.awq.search_clip", "quant.awq.quantize"
 F32 = np.float32
 
 
@@ -122,6 +123,26 @@ def _symmetric_clamp_upper_only(v, m):
     return np.minimum(v, m)
 
 
+def _quantize(**steps):
+    def kernel(w, bits=4, group=128):
+        return K.quantize(w, bits=bits, group=group, **steps)
+    return kernel
+
+
+def _range_with_zero(v):
+    """GPTQ's range: min(w, 0) .. max(w, 0)."""
+    lo, hi = K.group_range(v)
+    return np.minimum(lo, F32(0)), np.maximum(hi, F32(0))
+
+
+def _unclamped_zero(lo, scales, qmax):
+    return -np.round(lo / scales)
+
+
+def _half_away(v):
+    return np.sign(v) * np.floor(np.abs(v) + F32(0.5))
+
+
 AWQ_BUGS = {
     "scales applied to the wrong side (Q(W / s) * s)": (SCALES, "ScaleSide", _scales(weight=_wrong_side)),
     "scales not normalized by sqrt(max * min)": (SCALES, "ScaleNorm", _scales(scales=_unnormalized)),
@@ -138,6 +159,12 @@ AWQ_BUGS = {
     "clip search on the first 512 tokens": (CLIP, "ClipSample", _clip(sample=_first_tokens)),
     "clip search on every token": (CLIP, "ClipSample", _clip(sample=_all_tokens)),
     "clip clamps the upper end only": (CLIP, "ClipAxis", _clip(clamp=_symmetric_clamp_upper_only)),
+    "quantizer range forced to include zero (GPTQ's)": (QUANTIZE, "ZeroRange", _quantize(span=_range_with_zero)),
+    "quantizer zero point not clamped": (QUANTIZE, "ZeroRange", _quantize(zero=_unclamped_zero)),
+    "quantizer range not floored at 1e-5": (QUANTIZE, "RangeFloor",
+                                            patched(_quantize(), K, "RANGE_FLOOR", lambda _: F32(0))),
+    "quantizer rounds half away from zero": (QUANTIZE, "TiesToEven", patched(_quantize(), K, "rounded",
+                                                                            lambda _: _half_away)),
 }
 
 
@@ -159,6 +186,7 @@ def _float64_pick_last_search(x, w, bits=4, group=128, duo_scaling=False, grid="
 
 CORRECT = {
     "float32 kernel, clip rows in blocks of 64": Implementation("numpy awq", dict(K.OPS), variants=dict(K.VARIANTS)),
-    "float64 loss": Implementation("numpy awq, float64 loss", {SCALES: _float64_pick_last_search, CLIP: K.OPS[CLIP]},
+    "float64 loss": Implementation("numpy awq, float64 loss",
+                                   {SCALES: _float64_pick_last_search, CLIP: K.OPS[CLIP], QUANTIZE: K.OPS[QUANTIZE]},
                                    variants=dict(K.VARIANTS)),
 }

@@ -17,6 +17,7 @@ VERSION = np.__version__
 
 F32 = np.float32
 BITS = (2, 3, 4, 8)
+RANGE_FLOOR = F32(1e-5)  # AutoAWQ's clamp of max - min
 ROW_BLOCK = 64  # output rows per block of the clip search (AutoAWQ: 256 or 64)
 
 
@@ -31,34 +32,69 @@ def as_matrix(a, name: str, ndim: int | None = None) -> np.ndarray:
     return a.astype(F32)
 
 
-def check(x, w, bits, group):
+def check_w(w, bits, group):
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in BITS:
         raise ValueError(f"bits must be one of {BITS}, got {bits!r}")
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)):
         raise TypeError(f"group must be an integer, got {group!r}")
     w = as_matrix(w, "w", 2)
+    g = w.shape[1] if group == -1 else int(group)
+    if g <= 0 or not w.shape[1] or w.shape[1] % g:
+        raise ValueError(f"group {group} does not divide {w.shape[1]}")
+    return w, g
+
+
+def check(x, w, bits, group):
+    w, g = check_w(w, bits, group)
     x = as_matrix(x, "x")
     if x.ndim < 1 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"x has shape {x.shape}, expected a last axis of {w.shape[1]}")
     x = x.reshape(-1, w.shape[1])
     if not x.shape[0] or not w.shape[0]:
         raise ValueError("x and w need a token and a row")
-    g = w.shape[1] if group == -1 else int(group)
-    if g <= 0 or w.shape[1] % g:
-        raise ValueError(f"group {group} does not divide {w.shape[1]}")
     return x, w, g
 
 
-def pseudo_quantize(w: np.ndarray, bits: int, g: int) -> np.ndarray:
-    """AutoAWQ's pseudo_quantize_tensor at float32: groups of g along the last axis."""
-    shape = w.shape
-    v = w.reshape(-1, g)
-    hi, lo = v.max(axis=1, keepdims=True), v.min(axis=1, keepdims=True)
+def group_range(v: np.ndarray):
+    """(min, max) of each group row of v [groups, g]."""
+    return v.min(axis=1, keepdims=True), v.max(axis=1, keepdims=True)
+
+
+def zero_point(lo: np.ndarray, scales: np.ndarray, qmax) -> np.ndarray:
+    return np.clip(-np.round(lo / scales), F32(0), qmax)
+
+
+def rounded(v: np.ndarray) -> np.ndarray:
+    return np.round(v)
+
+
+def qparams(v: np.ndarray, bits: int, span=None, zero=None):
+    """Scales and zero points of the group rows of v [groups, g], float32."""
+    lo, hi = (span or group_range)(v)
     qmax = F32((1 << bits) - 1)
-    scales = np.maximum(hi - lo, F32(1e-5)) / qmax
-    zeros = np.clip(-np.round(lo / scales), F32(0), qmax)
-    q = (np.clip(np.round(v / scales) + zeros, F32(0), qmax) - zeros) * scales
-    return q.reshape(shape).astype(F32)
+    scales = np.maximum(hi - lo, RANGE_FLOOR) / qmax
+    return scales, (zero or zero_point)(lo, scales, qmax)
+
+
+def codes_of(v: np.ndarray, bits: int, **steps):
+    """AutoAWQ's pseudo_quantize_tensor at float32 on group rows v [groups, g]: (codes, scales, zeros)."""
+    scales, zeros = qparams(v, bits, **steps)
+    qmax = F32((1 << bits) - 1)
+    return np.clip(rounded(v / scales) + zeros, F32(0), qmax), scales, zeros
+
+
+def pseudo_quantize(w: np.ndarray, bits: int, g: int) -> np.ndarray:
+    """Q(w): groups of g along the last axis, quantized and dequantized in float32."""
+    codes, scales, zeros = codes_of(w.reshape(-1, g), bits)
+    return ((codes - zeros) * scales).reshape(w.shape).astype(F32)
+
+
+def quantize(w, *, bits=4, group=128, **steps):
+    """w [out, in] -> (codes int64, scales float32 [out, in/g], zeros float32 [out, in/g])."""
+    w, g = check_w(w, bits, group)
+    codes, scales, zeros = codes_of(w.astype(F32).reshape(-1, g), int(bits), **steps)
+    per_row = (w.shape[0], w.shape[1] // g)
+    return codes.reshape(w.shape).astype(np.int64), scales.reshape(per_row), zeros.reshape(per_row)
 
 
 def x_mean(x: np.ndarray) -> np.ndarray:
@@ -165,7 +201,13 @@ def _search_clip_op(x, w, bits=4, group=128):
     return clip_search(x, w, bits=bits, group=group)
 
 
-OPS = {"quant.awq.search_scales": _search_scales_op, "quant.awq.search_clip": _search_clip_op}
+def _quantize_op(w, bits=4, group=128):
+    return quantize(w, bits=bits, group=group)
+
+
+OPS = {"quant.awq.search_scales": _search_scales_op, "quant.awq.search_clip": _search_clip_op,
+       "quant.awq.quantize": _quantize_op}
 VARIANTS = {"quant.awq.search_scales": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128],
                                         "duo_scaling": [False, True], "grid": ["awq", "llmcompressor"]},
-            "quant.awq.search_clip": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128]}}
+            "quant.awq.search_clip": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128]},
+            "quant.awq.quantize": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128]}}

@@ -1,15 +1,17 @@
-"""AWQ's two searches (spec/quant.md#awq), judged against the float64 oracle with the
-agreement rule measured from a float32 implementation:
+"""AWQ's two searches and its quantizer (spec/quant.md#awq), the searches judged against
+the float64 oracle with an agreement rule measured from a float32 implementation:
 
   quant.awq.search_scales  x [..., in], w [out, in] -> (s [in], choice, losses [n_grid])
   quant.awq.search_clip    x [..., in], w [out, in] -> max_val [out, in/g]
+  quant.awq.quantize       w [out, in] -> (codes, scales, zeros): AWQ's quantizer, exact (float32)
 
 Vector inputs are integers scaled by powers of two (byte-stable across NumPy
 versions): activations with a few outlier channels (integers times 2^k), weights in
 steps of 2^-9. The scale search's losses are mean squared output errors computed in
 float64; a float32 kernel computes them with cancellation (the float output minus
-the quantized one) and its AWQ scales W s round differently in the last place, so
-losses agree to LOSS_RTOL, the choice is any grid point whose float64 loss is within
+the quantized one) and its W s rounds differently in the last place (a code that flips
+moves one grid point's loss by a few percent in a small layer), so losses agree to
+LOSS_RTOL but at most LOSS_FLIPS of them (to LOSS_FLIP_RTOL), the choice is any grid point whose float64 loss is within
 CHOICE_RTOL of the smallest, and the scales match to SCALE_RTOL where the choice is
 the oracle's. The clip search's quantizer runs in float32 in both (the definition),
 so a float32 kernel differs only where two shrink steps' errors tie to float32
@@ -18,25 +20,36 @@ rounding: at most CLIP_FLIPS groups plus CLIP_FRACTION of them.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from hypothesis import strategies as st
 
 from ref.quant import awq
 from ref.quant.catalog.common import AREA
 from ref.testing.catalog_types import Flag, Variant, seed_for
-from ref.testing.compare import Comparison, Mismatch
+from ref.testing.compare import Comparison, Mismatch, compare_exact, compare_parts, compare_values
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_RTOL", "OPERATIONS", "SCALE_RTOL",
+__all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_FLIPS", "LOSS_FLIP_RTOL", "LOSS_RTOL",
+           "OPERATIONS", "SCALE_RTOL",
            "compare_clip", "compare_search"]
 
-# Measured: tests/test_quant_awq.py::test_float32_kernel_within_the_stated_tolerances (deep) runs the
-# float32 default kernel against the oracle on 400 random layers (bits 2-8, groups 32-256 and per
-# channel, 16-1100 tokens, 1-5 outlier channels up to 50x): the largest relative loss difference seen
-# was 1.1e-3 (8-bit layers: a small loss from a difference of two large outputs), the scales 2.0e-6,
-# and no clip threshold differed. Each tolerance is the largest seen times 4.
-LOSS_RTOL = 5e-3
+# Measured: the float32 default kernel against the oracle on random layers. Large ones (bits 2-8,
+# groups 32-256 and per channel, 16-1100 tokens, 16-128 outputs, 1-5 outlier channels up to 50x;
+# tests/test_quant_awq.py, test_float32_kernel_within_the_stated_tolerances, and 280 more while
+# building it): the largest relative loss difference 2.4e-3 (8-bit layers: a small loss from a
+# difference of two large float32 outputs). Small ones (the examples' sizes: 8-64 tokens, 8-16
+# outputs; 4600 layers): one code of W s that flips between float32 and float64 rounding moves one
+# grid point's loss by up to 11.8% (a few hundred weights), a second point's by up to 1.4%, every
+# other point stayed within 2.3e-3. No chosen grid point differed (0 of 4940 layers), the scales
+# 2.0e-6 apart, and no clip threshold differed (0 of more than 48,000 groups). Each tolerance is
+# about the largest seen times 4: losses within LOSS_RTOL but at most LOSS_FLIPS grid points, those
+# within LOSS_FLIP_RTOL; a choice may be any grid point whose loss is within CHOICE_RTOL of the smallest.
+LOSS_RTOL = 1e-2
+LOSS_FLIPS = 2
+LOSS_FLIP_RTOL = 0.5
 CHOICE_RTOL = 2 * LOSS_RTOL
 SCALE_RTOL = 1e-5
 CLIP_FLIPS = 1
@@ -74,6 +87,12 @@ FLAGS = {
                      "no clip (i = 0) is not tried, or a range the reference never tries wins"),
     "ClipSample": Flag("the clip search's tokens not sampled as the reference samples them (every "
                        "max(1, n // 512)-th)", "another subset of tokens judges the clip: other thresholds"),
+    "ZeroRange": Flag("AWQ's quantizer given GPTQ's range (min(w, 0), max(w, 0)) or its zero point left unclamped",
+                      "one-sided groups lose half their codes, or get a zero point outside the codes"),
+    "RangeFloor": Flag("the quantizer's range not floored at 1e-5 (an all-zero or constant group)",
+                       "a zero scale: NaN codes, or another scale and zero point stored"),
+    "TiesToEven": Flag("ties rounded away from zero or up instead of to the even code",
+                       "a half-ulp bias on every tie: systematic drift in accumulations"),
     "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial output",
                      "groups are judged together: other thresholds"),
 }
@@ -180,16 +199,62 @@ def _clip_vectors() -> list[VectorSpec]:
     return specs + _invalid(x[:4], w[:4], "clip")
 
 
+def _quantize_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("quant.awq.quantize"))
+    w = rng.integers(-64, 64, (8, 128)).astype(np.float32) / 256
+    w[:, 5] *= 16  # an outlier input channel
+    specs = [VectorSpec(f"random weights, bits {b}, group {g}", ("Random", "ZeroRange"),
+                        Case({"w": w}, {"bits": b, "group": g})) for b in awq.BITS for g in (-1, 32, 128)]
+    one_sided = np.abs(w[:4, :64]) + F(1 / 64)
+    special = np.concatenate([one_sided, -one_sided])  # [8, 64]
+    special[0, :32], special[1, :32], special[2, 32:] = 0, F(0.375), F(-0.5)  # all-zero, constant c > 0, c < 0
+    # range 7 over 2^3 - 1 codes: scale 1, -min / scale = 2.5 and every other w / scale a half
+    steps = np.append(np.arange(15, dtype=np.float32) / 2 - F(2.5), F(0))
+    specs += [
+        VectorSpec(f"one-sided, all-zero and constant groups, bits {b}", ("ZeroRange", "RangeFloor"),
+                   Case({"w": special}, {"bits": b, "group": 32})) for b in (3, 4, 8)]
+    specs += [
+        VectorSpec("weights on half steps (w / scale = k + 1/2): half to even", ("TiesToEven",),
+                   Case({"w": steps[None, :]}, {"bits": 3, "group": -1})),
+        VectorSpec("float16 weights (exact)", ("Float16Input", "ZeroRange"),
+                   Case({"w": w.astype(np.float16)}, {"group": 32})),
+        VectorSpec("float64 weights (rounded to float32 first)", ("ZeroRange",),
+                   Case({"w": w.astype(np.float64) * (1 + 2.0 ** -40)}, {"group": 32})),
+        VectorSpec("no rows", (EMPTY_INPUT,), Case({"w": w[:0]}, {"group": 32})),
+        VectorSpec("1-d weights are rejected", (INVALID_INPUT, "InputRank"), Case({"w": w[0]}), "invalid"),
+        VectorSpec("NaN weights are rejected", (INVALID_INPUT, NAN),
+                   Case({"w": np.where(w == w[1, 1], np.nan, w).astype(np.float32)}), "invalid"),
+        VectorSpec("a group that does not divide the input dimension is rejected", (INVALID_INPUT,),
+                   Case({"w": w[:, :96]}, {"group": 64}), "invalid"),
+        VectorSpec("integer weights are rejected", (INVALID_INPUT,), Case({"w": np.ones((2, 32), np.int32)},
+                                                                          {"group": 32}), "invalid"),
+    ]
+    return specs
+
+
+def _quantize_examples(supported):
+    @st.composite
+    def case(draw):
+        params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
+        rng = np.random.default_rng(draw(st.integers(0, 2**16), label="seed"))
+        cin = 128 if params.get("group", 128) in (-1, 128) else 64
+        scale = 2.0 ** draw(st.integers(-12, 2), label="scale exponent")
+        w = (rng.integers(-64, 64, (draw(st.integers(1, 6), label="rows"), cin)) * scale).astype(np.float32)
+        return Case({"w": w}, params)
+
+    return case()
+
+
 def _examples(clip: bool):
     def strategy(supported):
         @st.composite
         def case(draw):
             params = {axis: draw(st.sampled_from(list(values)), label=axis) for axis, values in supported.items()}
             g = params.get("group", 128)
-            cin = draw(st.sampled_from([64, 128, 256] if g in (-1, 32, 64) else [128, 256]), label="in")
+            cin = draw(st.sampled_from([64, 128] if g in (-1, 32, 64) else [128]), label="in")
             seed = draw(st.integers(0, 2**16), label="seed")
-            n = draw(st.sampled_from([8, 40, 200]), label="tokens")
-            x, w = _layer(f"example {seed}", n, cin, draw(st.sampled_from([16, 32]), label="out"),
+            n = draw(st.sampled_from([8, 24, 64]), label="tokens")
+            x, w = _layer(f"example {seed}", n, cin, draw(st.sampled_from([8, 16]), label="out"),
                           outliers=draw(st.integers(1, 4), label="outliers"))
             return Case({"x": x, "w": w}, params)
 
@@ -202,7 +267,9 @@ def _fail(part: str, problem: str) -> Comparison:
     return Comparison(False, 0, 0, np.inf, "", problem=problem, part=part)
 
 
-def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float) -> Comparison:
+def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int = 0,
+              flip_rtol: float = 0.0) -> Comparison:
+    """a within rtol of e (relative), but for at most `flips` elements, which are within flip_rtol."""
     e, a = np.asarray(e, np.float64), np.asarray(a)
     if a.dtype.kind != "f" or a.shape != e.shape:
         return _fail(part, f"expected float values of shape {e.shape}, got {a.dtype} {a.shape}")
@@ -210,20 +277,21 @@ def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float) -> Compariso
     with np.errstate(invalid="ignore"):
         rel = np.where(e == a, 0.0, np.abs(a - e) / np.abs(e))
     bad = ~(rel <= rtol)
-    if not bad.any():
-        return Comparison(True, e.size, 0, float(rel.max(initial=0)), "relative", rtol, part=part)
+    if not bad.any() or (bad.sum() <= flips and (rel[bad] <= flip_rtol).all()):
+        return Comparison(True, e.size, int(bad.sum()), float(rel.max(initial=0)), "relative", rtol, part=part)
     i = tuple(int(k) for k in np.argwhere(bad)[0])
     return Comparison(False, e.size, int(bad.sum()), float(np.nanmax(np.where(bad, rel, 0)) if np.isfinite(rel[bad]).all()
                       else np.inf), "relative", rtol, first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
 
 
 def compare_search(expected, actual) -> Comparison:
-    """(s, choice, losses): losses within LOSS_RTOL, the choice any grid point whose expected
-    loss is within CHOICE_RTOL of the smallest, s within SCALE_RTOL where the choice is the oracle's."""
+    """(s, choice, losses): losses within LOSS_RTOL (but LOSS_FLIPS of them within LOSS_FLIP_RTOL),
+    the choice any grid point whose expected loss is within CHOICE_RTOL of the smallest, s within
+    SCALE_RTOL where the choice is the oracle's."""
     if not isinstance(actual, tuple) or len(actual) != 3:
         return _fail("", "expected a tuple (scales, choice, losses)")
     (s, choice, losses), (s_a, choice_a, losses_a) = expected, actual
-    cmp = _relative("losses", losses, losses_a, LOSS_RTOL)
+    cmp = _relative("losses", losses, losses_a, LOSS_RTOL, LOSS_FLIPS, LOSS_FLIP_RTOL)
     if not cmp.ok:
         return cmp
     c = np.asarray(choice_a)
@@ -260,6 +328,10 @@ def _search_flags(case: Case) -> tuple[str, ...]:
     return ("DuoScaling",) if case.params.get("duo_scaling") else ("Random",)
 
 
+_compare_quantized = partial(compare_parts, names=("codes", "scales", "zeros"),
+                             comparators=(compare_exact, partial(compare_values, fmt="float32"),
+                                          partial(compare_values, fmt="float32")))
+
 OPERATIONS = [
     AREA.exact("awq.search_scales", awq.search_scales, anchor="awq",
                summary="x [..., in], w [out, in] -> (s [in], choice, losses [20]): AWQ's scale search",
@@ -269,4 +341,9 @@ OPERATIONS = [
                summary="x [..., in], W s [out, in] -> max_val [out, in/g]: AWQ's clip search",
                variants=(BITS, GROUP), vectors=_clip_vectors, examples=_examples(True), compare=compare_clip,
                case_flags=lambda case: ("Random",)),
+    AREA.exact("awq.quantize", awq.quantize, anchor="awq-quantizer",
+               summary="w [out, in] -> (codes, scales, zeros): AWQ's min-max quantizer in float32",
+               variants=(BITS, GROUP), vectors=_quantize_vectors, examples=_quantize_examples,
+               compare=_compare_quantized, outputs=("codes", "scales", "zeros"),
+               case_flags=lambda case: ("ZeroRange",)),
 ]
