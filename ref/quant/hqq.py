@@ -5,7 +5,8 @@ held fixed (spec/quant.md#hqq).
   groups   axis 1: w.reshape(-1, G)  (G consecutive elements of the flat weight)
            axis 0: w.reshape(G, -1)  (column j of [G, numel/G]: elements j, j + numel/G, ...)
   init     s = (2^b - 1) / (max - min)   (HQQ works with the INVERSE scale: q = w * s + z)
-           s = 1 where max - min <= 1e-4, s = min(s, 2e4);  z = -min * s  (round_zero: z = rne(z))
+           s = 1 where max - min <= 1e-4 (hqq 0.2.7+: flat_floor), s = min(s, 2e4);
+           z = -min * s  (round_zero: z = rne(z))
   solve    for i = 0 .. iters - 1:
              q_i = clamp(rne(w * s + z_i), 0, 2^b - 1),   r_i = (q_i - z_i) / s
              e_i = mean |w - r_i|                    (over the WHOLE tensor, every group)
@@ -40,8 +41,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import boolean, integer, member, real
 
-__all__ = ["BITS", "FIELDS", "LAYOUT_OF_BITS", "BetaSchedule", "Layout", "conditioning", "dequantize", "group_view", "initial_params",
-           "optimize_zero", "pack", "quantize", "shrink_lp", "unpack"]
+__all__ = ["BITS", "FIELDS", "LAYOUT_OF_BITS", "BetaSchedule", "Layout", "conditioning", "dequantize", "group_view",
+           "initial_params", "load_state_dict", "optimize_zero", "pack", "quantize", "shrink_lp", "state_dict", "unpack"]
 
 BITS = (1, 2, 3, 4, 5, 6, 8)
 SCALE_MAX = 2e4  # the inverse scale's clamp ("half-precision problems")
@@ -93,16 +94,19 @@ def group_view(w: ArrayLike, *, group: int, axis: int) -> NDArray:
     return w.reshape(-1, group) if axis == 1 else w.reshape(group, -1)
 
 
-def initial_params(g: ArrayLike, *, bits: int, axis: int, round_zero: bool = False):
+def initial_params(g: ArrayLike, *, bits: int, axis: int, round_zero: bool = False, flat_floor: bool = True):
     """Min-max parameters of the grouped matrix g: (inverse scale s, zero z), each
-    float64 with the group axis kept (length 1), as hqq's Quantizer computes them."""
+    float64 with the group axis kept (length 1), as hqq's Quantizer computes them
+    (flat_floor False: hqq <= 0.2.6, where a range <= 1e-4 meets only the 2e4 clamp)."""
     bits = integer(bits, "bits", choices=BITS)
     axis = integer(axis, "axis", choices=(0, 1))
     g = np.asarray(g, dtype=np.float64)
     lo, hi = g.min(axis=axis, keepdims=True), g.max(axis=axis, keepdims=True)
     span = hi - lo
     with np.errstate(divide="ignore"):
-        s = np.where(np.abs(span) <= FLAT_RANGE, 1.0, ((1 << bits) - 1) / span)
+        s = ((1 << bits) - 1) / span
+    if boolean(flat_floor, "flat_floor"):
+        s = np.where(np.abs(span) <= FLAT_RANGE, 1.0, s)
     s = np.minimum(s, SCALE_MAX)
     z = -lo * s
     return s, (np.rint(z) if boolean(round_zero, "round_zero") else z)
@@ -154,6 +158,7 @@ def optimize_zero(g: ArrayLike, s: ArrayLike, z: ArrayLike, *, bits: int, axis: 
 
 def conditioning(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0, optimize: bool = True,
                  round_zero: bool = False, beta_schedule: BetaSchedule | str = BetaSchedule.CONSTANT,
+                 flat_floor: bool = True,
                  p: float = 0.7, beta: float = 10.0, kappa: float = 1.01, iters: int = 20) -> tuple[float, float]:
     """How far `quantize(w, ...)` is from a decision float32 arithmetic could take the other
     way: (the smallest distance, in steps, of any w * s + z at any solver step or the final
@@ -164,7 +169,7 @@ def conditioning(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0,
     w = np.asarray(w, dtype=np.float64)
     g = group_view(w, group=group, axis=axis)
     qmax = (1 << integer(bits, "bits", choices=BITS)) - 1
-    s, z = initial_params(g, bits=bits, axis=axis, round_zero=round_zero)
+    s, z = initial_params(g, bits=bits, axis=axis, round_zero=round_zero, flat_floor=flat_floor)
 
     def code_margin(v):
         inside = (v > -0.5) & (v < qmax + 0.5)  # past the ends the clamp decides
@@ -184,6 +189,7 @@ def conditioning(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0,
 
 def quantize(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0, optimize: bool = True,
              round_zero: bool = False, beta_schedule: BetaSchedule | str = BetaSchedule.CONSTANT,
+             flat_floor: bool = True,
              p: float = 0.7, beta: float = 10.0, kappa: float = 1.01, iters: int = 20):
     """hqq's Quantizer.quantize (channel-wise, unpacked): w (float16/32/64, any shape,
     finite) -> (codes uint8 of the grouped shape, scale float64 = 1 / s, zero float64),
@@ -194,7 +200,7 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 0, opt
     if not np.isfinite(w).all():
         raise ValueError("w: HQQ takes finite weights (found NaN or Inf)")
     g = group_view(w.astype(np.float64), group=group, axis=axis)  # [numel/G, G] or [G, numel/G]
-    s, z = initial_params(g, bits=bits, axis=axis, round_zero=round_zero)
+    s, z = initial_params(g, bits=bits, axis=axis, round_zero=round_zero, flat_floor=flat_floor)
     if boolean(optimize, "optimize"):
         z, _ = optimize_zero(g, s, z, bits=bits, axis=axis, p=p, beta=beta, kappa=kappa, iters=iters,
                              beta_schedule=beta_schedule)
@@ -265,3 +271,45 @@ def unpack(packed: ArrayLike, *, layout: Layout | str = Layout.U8_4) -> NDArray[
     shifts = (bits * np.arange(k - 1, -1, -1)).astype(words.dtype)
     fields = (words[None] >> shifts[:, None, None]) & ((1 << bits) - 1)  # [k, n, C]
     return fields.reshape(k * packed.shape[0], packed.shape[1]).astype(np.uint8)
+
+
+def _text(value: str) -> NDArray[np.uint8]:
+    return np.frombuffer(value.encode("ascii"), dtype=np.uint8).copy()
+
+
+def state_dict(w: ArrayLike, *, bits: int = 4, group: int = 64, axis: int = 1,
+               compute_dtype: str = "float16") -> dict[str, NDArray]:
+    """The tensors hqq 0.2.8's HQQLinear.state_dict() holds (encoded: scalars as 0-d
+    tensors, strings as uint8 characters) for a weight w [out, in] quantized as
+    BaseQuantizeConfig(nbits=bits, group_size=group, axis=axis) does it (optimize, round_zero
+    for 4 bits only), with no bias: W_q packed, scale and zero in `compute_dtype`."""
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"w: expected a [out, in] weight, got shape {w.shape}")
+    if compute_dtype not in ("float16", "float32"):
+        raise ValueError(f"compute_dtype: expected 'float16' or 'float32', got {compute_dtype!r}")
+    bits = integer(bits, "bits", choices=BITS)
+    codes, scale, zero = quantize(w, bits=bits, group=group, axis=axis, round_zero=bits == 4)
+    layout = LAYOUT_OF_BITS[bits]
+    flags = {"view_as_float": False, "quant_scale": False, "quant_zero": False, "offload_meta": False,
+             "encoded_state_dict": True, "stores_quant_config": True, "channel_wise": True, "optimize": True,
+             "round_zero": bits == 4}
+    view = "torch.int32" if layout is Layout.I32_3 else "torch.uint8"
+    return {"W_q": pack(codes, layout=layout), "scale": scale.astype(compute_dtype),
+            "zero": zero.astype(compute_dtype), "shape": np.array(w.shape, np.int64),
+            "nbits": np.array(bits, np.int32), "group_size": np.array(group, np.int32),
+            "axis": np.array(axis, np.int32), "packing": _text(layout.value), "unpack_view_dtype": _text(view),
+            "compute_dtype": _text(f"torch.{compute_dtype}"),
+            **{k: np.array(int(v), np.uint8) for k, v in flags.items()}}
+
+
+def load_state_dict(tensors: dict[str, NDArray]) -> NDArray[np.float32]:
+    """An HQQLinear state dict -> the float32 weight [out, in] it stores: unpack W_q by
+    its `packing`, cut 3-bit padding rows to the grouped shape, (codes - zero) * scale."""
+    layout = Layout(bytes(np.asarray(tensors["packing"], np.uint8)).decode("ascii"))
+    shape = tuple(int(n) for n in np.asarray(tensors["shape"]))
+    group, axis = int(tensors["group_size"]), int(tensors["axis"])
+    rows = group if axis == 0 else int(np.prod(shape)) // group
+    codes = unpack(np.asarray(tensors["W_q"]), layout=layout)[:rows]
+    scale, zero = (np.asarray(tensors[k]).astype(np.float32) for k in ("scale", "zero"))
+    return dequantize(codes, scale, zero).reshape(shape)

@@ -84,7 +84,7 @@ def _round_zero_ignored(w, **params):
 
 def _no_flat_rule(original):
     """The inverse scale (2^b - 1) / (max - min) everywhere: no 1e-4 floor (0 -> Inf, clamped at 2e4)."""
-    def min_max(rows, bits, round_zero):
+    def min_max(rows, bits, round_zero, flat_floor=True):
         lo, hi = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
         with np.errstate(divide="ignore"):
             s = np.minimum(F((1 << bits) - 1) / (hi - lo).astype(F), F(2e4)).astype(F)
@@ -95,7 +95,7 @@ def _no_flat_rule(original):
 
 def _no_clamp(original):
     """(2^b - 1) / (max - min) unclamped: a narrow group's inverse scale past 2e4."""
-    def min_max(rows, bits, round_zero):
+    def min_max(rows, bits, round_zero, flat_floor=True):
         lo, hi = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
         span = (hi - lo).astype(F)
         flat = np.abs(span) <= F(1e-4)
@@ -164,7 +164,7 @@ HQQ_BUGS = {
                                                         _swap("rows_of_groups", _consecutive_axis0)),
     "the inverse scale s stored instead of 1/s": (Q, "HqqInverseScale", _inverse_scale),
     "round_zero ignored": (Q, "HqqRoundZero", _round_zero_ignored),
-    "no 1e-4 floor on the range: constant groups get the 2e4 clamp": (Q, "HqqFlatGroup",
+    "no 1e-4 floor where hqq 0.2.7+'s is declared: constant groups get the 2e4 clamp": (Q, "HqqFlatGroup",
                                                                       _swap("min_max", _no_flat_rule)),
     "no 2e4 clamp on the inverse scale": (Q, "HqqFlatGroup", _swap("min_max", _no_clamp)),
     "float16 and float64 weights refused": (Q, "HqqWeightShape", _float32_only),

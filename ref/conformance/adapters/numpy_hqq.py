@@ -37,11 +37,10 @@ def back(rows: np.ndarray, axis: int) -> np.ndarray:
 
 
 def shrink(x: np.ndarray, beta: F, p: F) -> np.ndarray:
-    """sign(x) * relu(|x| - |x|^(p-1) / beta) in float32; 0 at x = 0."""
+    """sign(x) * relu(|x| - |x|^(p-1) / beta) in float32; 0 at x = 0 (|0|^(p-1) = Inf)."""
     a = np.abs(x)
     with np.errstate(divide="ignore"):
-        t = np.where(a > 0, a ** F(p - 1), F(np.inf)) / beta
-    return (np.sign(x) * np.maximum(a - t, F(0))).astype(F)
+        return np.copysign(np.maximum(a - a ** F(p - 1) / beta, F(0)), x)
 
 
 def betas(beta: float, kappa: float, iters: int, schedule: str) -> list:
@@ -55,14 +54,14 @@ def betas(beta: float, kappa: float, iters: int, schedule: str) -> list:
 
 
 def solve_zero(rows, s, z, qmax, beta_of_step, p, iters):
-    """The proximal zero-point loop on [groups, G] rows (s, z: [groups, 1] float32)."""
+    """The proximal zero-point loop on [groups, G] float32 rows (s, z: [groups, 1] float32)."""
     best = F(np.inf)
     for i in range(iters):
-        q = np.clip(np.rint(rows * s + z), 0, qmax).astype(F)
-        r = ((q - z) / s).astype(F)
-        e = shrink((rows - r).astype(F), beta_of_step[i], p)
-        z = np.mean((q - (rows - e) * s).astype(F), axis=1, keepdims=True, dtype=F)
-        err = np.mean(np.abs(rows - r), dtype=F)
+        q = np.clip(np.rint(rows * s + z), 0, qmax)
+        x = rows - (q - z) / s  # the error of the dequantized weights
+        e = shrink(x, beta_of_step[i], p)
+        z = np.mean(q - (rows - e) * s, axis=1, keepdims=True, dtype=F)
+        err = np.mean(np.abs(x), dtype=F)
         if err < best:
             best = err
         else:
@@ -70,17 +69,22 @@ def solve_zero(rows, s, z, qmax, beta_of_step, p, iters):
     return z
 
 
-def min_max(rows: np.ndarray, bits: int, round_zero: bool):
+def min_max(rows: np.ndarray, bits: int, round_zero: bool, flat_floor: bool = True):
     lo, hi = rows.min(axis=1, keepdims=True), rows.max(axis=1, keepdims=True)
     span = (hi - lo).astype(F)
-    safe = np.where(np.abs(span) <= F(1e-4), F(1), span)
-    s = np.where(np.abs(span) <= F(1e-4), F(1), F((1 << bits) - 1) / safe).astype(F)
+    flat = np.abs(span) <= F(1e-4)
+    if flat_floor:
+        s = np.where(flat, F(1), F((1 << bits) - 1) / np.where(flat, F(1), span)).astype(F)
+    else:  # hqq <= 0.2.6: a zero range divides to Inf, which the clamp takes to 2e4
+        with np.errstate(divide="ignore"):
+            s = (F((1 << bits) - 1) / span).astype(F)
     s = np.minimum(s, F(2e4))
     z = (-lo * s).astype(F)
     return s, (np.rint(z) if round_zero else z)
 
 
-def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant"):
+def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant",
+             flat_floor=True):
     w = np.asarray(w)
     if w.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"w: expected floating-point weights, got {w.dtype}")
@@ -92,7 +96,7 @@ def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, be
         raise ValueError("w: NaN or Inf weights")
     rows = rows_of_groups(w, group, axis)
     qmax = (1 << bits) - 1
-    s, z = min_max(rows, bits, round_zero)
+    s, z = min_max(rows, bits, round_zero, flat_floor)
     if optimize:
         z = solve_zero(rows, s, z, qmax, betas(10.0, 1.01, 20, beta_schedule), F(0.7), 20)
     q = np.clip(np.rint(rows * s + z), 0, qmax).astype(np.uint8)
@@ -148,5 +152,5 @@ OPS = {"quant.hqq.quantize": quantize, "quant.hqq.dequantize": dequantize, "quan
        "quant.hqq.unpack": unpack}
 VARIANTS = {"quant.hqq.quantize": {"bits": [1, 2, 3, 4, 5, 6, 8], "group": [8, 16, 32, 64, 128], "axis": [0, 1],
                                    "optimize": [True, False], "round_zero": [False, True],
-                                   "beta_schedule": ["constant", "kappa"]},
+                                   "beta_schedule": ["constant", "kappa"], "flat_floor": [True, False]},
             "quant.hqq.pack": {"layout": list(LAYOUTS)}, "quant.hqq.unpack": {"layout": list(LAYOUTS)}}

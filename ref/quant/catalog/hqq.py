@@ -77,6 +77,8 @@ ROUND_ZERO = Variant("round_zero", (False, True), False,
                      "round the initial zero point (BaseQuantizeConfig sets it for 4 bits)")
 SCHEDULE = Variant("beta_schedule", hqq.BetaSchedule, "constant",
                    "beta fixed (hqq 0.2.7 .. 0.2.8.post1) or times kappa after each step (hqq <= 0.2.6)")
+FLAT_FLOOR = Variant("flat_floor", (True, False), True,
+                     "a range <= 1e-4 takes inverse scale 1 (hqq 0.2.7+) or only the 2e4 clamp (hqq <= 0.2.6)")
 LAYOUT = Variant("layout", hqq.Layout, "4bit_u8", "hqq's BitPack layout")
 
 # Conditioned inputs and their rule (measured: tests/test_quant_hqq.py, spec/quant.md#hqq-tolerance).
@@ -196,31 +198,29 @@ def quantize_vectors() -> list[VectorSpec]:
     def cond(comment, flags, shape, exponent, outlier=None, **params):
         add(comment, flags, _draw(rng, shape, exponent, outlier, **params), **params)
 
-    for bits in hqq.BITS:
-        for axis in (0, 1):
-            cond(f"{bits} bits, axis {axis}: LLM-sized weights with an outlier column (the shrink inactive)",
-                 (RANDOM, "HqqGroupAxis", "HqqZeroUpdate"), (8, 64), -11, 5, bits=bits, axis=axis)
-            cond(f"{bits} bits, axis {axis}: unit-sized weights (|w - r| past the shrink's threshold)",
-                 (RANDOM, "HqqShrink", "HqqZeroUpdate", "HqqEarlyStop", "HqqBetaSchedule", "HqqGroupAxis"),
-                 (8, 64), -7, bits=bits, axis=axis)
-    for bits in (1, 2, 3, 4):
-        for group in (8, 32):
-            cond(f"{bits} bits, group {group}, hqq <= 0.2.6's kappa schedule", (RANDOM, "HqqBetaSchedule"), (8, 128),
-                 -7, bits=bits, group=group, axis=1, beta_schedule="kappa")
-            cond(f"{bits} bits, group {group}, constant beta", (RANDOM, "HqqBetaSchedule", "HqqShrink"), (8, 128), -7,
-                 bits=bits, group=group, axis=0)
-    for axis in (0, 1):
-        cond(f"round_zero, axis {axis} (BaseQuantizeConfig's 4-bit setting)", ("HqqRoundZero",), (8, 128), -7,
-             round_zero=True, axis=axis)
-        cond(f"min-max only, axis {axis}: no solver", ("HqqInverseScale", "HqqGroupAxis"), (8, 128), -7,
-             optimize=False, axis=axis)
-        cond(f"128 groups, axis {axis}: one group per column of reshape(G, -1)", ("HqqGroupAxis",), (8, 256), -9, 3,
-             group=128, axis=axis)
+    for bits, axis in ((4, 0), (4, 1), (1, 0)):
+        cond(f"{bits} bits, axis {axis}: LLM-sized weights with an outlier column (the shrink inactive)",
+             (RANDOM, "HqqGroupAxis", "HqqZeroUpdate"), (8, 64), -11, 5, bits=bits, axis=axis)
+    for bits, axis in ((1, 0), (2, 0), (3, 0), (3, 1), (4, 1), (5, 1), (6, 0), (8, 1)):
+        cond(f"{bits} bits, axis {axis}: unit-sized weights (|w - r| past the shrink's threshold)",
+             (RANDOM, "HqqShrink", "HqqZeroUpdate", "HqqEarlyStop", "HqqBetaSchedule", "HqqGroupAxis"),
+             (8, 64), -7, bits=bits, axis=axis)
+    for bits, group in ((1, 8), (2, 32), (3, 32)):
+        cond(f"{bits} bits, group {group}, hqq <= 0.2.6's kappa schedule", (RANDOM, "HqqBetaSchedule"), (8, 128),
+             -7, bits=bits, group=group, axis=1, beta_schedule="kappa")
+    cond("2 bits, group 8, constant beta", (RANDOM, "HqqBetaSchedule", "HqqShrink"), (8, 128), -7, bits=2, group=8,
+         axis=0)
+    cond("round_zero (BaseQuantizeConfig's 4-bit setting)", ("HqqRoundZero",), (8, 128), -7, round_zero=True, axis=0)
+    cond("min-max only: no solver", ("HqqInverseScale", "HqqGroupAxis"), (8, 128), -7, optimize=False, axis=0)
+    cond("128 groups, axis 0: one group per column of reshape(G, -1)", ("HqqGroupAxis",), (8, 256), -9, 3,
+         group=128, axis=0)
     big = _draw(rng, (8, 128), -7)
     flat = _draw(rng, (8, 128), -7, axis=1)
     flat[:, :64] = np.float32(0.75)  # axis 1: four constant groups
     flat[:, 64:128] = np.float32(2.0 ** -16) * (np.arange(64) % 3)  # range 2^-15 <= 1e-4: inverse scale 1
     add("constant groups and groups of range 2^-15 (inverse scale 1)", ("HqqFlatGroup",), flat, axis=1)
+    add("the same under hqq <= 0.2.6: inverse scale 2e4 (the clamp) for every flat group", ("HqqFlatGroup",), flat,
+        axis=1, flat_floor=False)
     narrow = (np.float32(1) + np.float32(2.0 ** -13) * (np.arange(8 * 128) % 5)).reshape(8, 128)
     add("groups of range 2^-11 (max - min above 1e-4): inverse scale clamped at 2e4, codes clip",
         ("HqqFlatGroup",), narrow.astype(np.float32), axis=1, bits=8)
@@ -362,7 +362,7 @@ def _dequantize_examples(supported):
 
 OPERATIONS = [
     AREA.exact("hqq.quantize", hqq.quantize, anchor="hqq", summary="w -> (codes, scale = 1/s, zero): min-max then "
-               "the half-quadratic zero-point solver", variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE),
+               "the half-quadratic zero-point solver", variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
                vectors=quantize_vectors, examples=_quantize_examples, compare=compare_quantized,
                outputs=("codes", "scale", "zero")),
     AREA.exact("hqq.dequantize", hqq.dequantize, anchor="hqq-layout", summary="float32 (codes - zero) * scale",
