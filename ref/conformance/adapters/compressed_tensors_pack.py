@@ -1,10 +1,10 @@
 """compressed-tensors 0.19.0 (the release llm-compressor 0.14.0.1 pins; CPU) as an
 implementation of its int32 packing and of round-to-nearest group quantization.
 
-  quant.packing.ct_pack    compressors.pack_quantized.helpers.pack_to_int32(value int8,
+  quant.pack.ct_pack    compressors.pack_quantized.helpers.pack_to_int32(value int8,
                            num_bits, packed_dim): signed codes offset by 2^(b-1), packed
                            LSB first as one dense stream per row (layout "dense")
-  quant.packing.ct_unpack  unpack_from_int32(value, num_bits, shape, packed_dim), the
+  quant.pack.ct_unpack  unpack_from_int32(value, num_bits, shape, packed_dim), the
                            shape being `count` codes along packed_dim
   quant.rtn.quantize       what a compressed-tensors checkpoint's weight_scale and
                            weight_zero_point are: llm-compressor's weight observer
@@ -84,7 +84,8 @@ def rtn_quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="inclu
             (zero_point.to(scale.dtype) + half).reshape(*shape[:-1], groups).numpy())
 
 
-OPS = {"quant.packing.ct_pack": ct_pack, "quant.packing.ct_unpack": ct_unpack, "quant.rtn.quantize": rtn_quantize}
-VARIANTS = {"quant.rtn.quantize": {"bits": [2, 3, 4, 8], "group": [128, 64, 32, 16, 1, -1],
+OPS = {"quant.pack.ct_pack": ct_pack, "quant.pack.ct_unpack": ct_unpack, "quant.rtn.quantize": rtn_quantize}
+VARIANTS = {"quant.pack.ct_*": {"bits": [1, 2, 3, 4, 5, 6, 7, 8], "packed_dim": [1, 0], "layout": ["dense"]},
+            "quant.rtn.quantize": {"bits": [2, 3, 4, 8], "group": [128, 64, 32, 16, 1, -1],
                                    "scheme": ["asymmetric", "symmetric_compressed_tensors"],
                                    "scale_floor": ["eps"]}}
