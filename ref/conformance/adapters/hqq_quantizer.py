@@ -11,8 +11,8 @@ implementation of the quant.hqq ops.
   quant.hqq.pack        Quantizer.pack[layout] (BitPack.pack_8bit_u8, _4bit_u8, _3bit_32, _2bit_u8, _1bit_u8)
   quant.hqq.unpack      Quantizer.unpack[layout](packed, dtype=uint8)
 
-hqq 0.2.8 has one beta schedule (beta constant: kappa is read but never applied), so
-only "constant" is declared.
+hqq 0.2.8 has one beta schedule (beta constant: kappa is read but never applied) and
+floors a range <= 1e-4 at inverse scale 1 ("flat_floor"), so only those are declared.
 
 Run (spec/quant.md, "Engines"):
   python -m ref conform --impl ref.conformance.adapters.hqq_quantizer \
@@ -33,9 +33,10 @@ NAME = "HQQ Quantizer (CPU)"
 VERSION = f"hqq {version('hqq')}, torch {torch.__version__}"
 
 
-def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant"):
-    if beta_schedule != "constant":
-        raise NotImplementedError("hqq 0.2.8's solver keeps beta constant")
+def quantize(w, *, bits=4, group=64, axis=0, optimize=True, round_zero=False, beta_schedule="constant",
+             flat_floor=True):
+    if beta_schedule != "constant" or not flat_floor:
+        raise NotImplementedError("hqq 0.2.8: beta constant, inverse scale 1 for a range <= 1e-4")
     t = torch.from_numpy(as_native(np.asarray(w)))
     codes, meta = Quantizer.quantize(t, nbits=bits, channel_wise=True, group_size=group, optimize=optimize,
                                      round_zero=round_zero, axis=axis, bitpack=False,
@@ -63,6 +64,6 @@ OPS = {"quant.hqq.quantize": quantize, "quant.hqq.dequantize": dequantize, "quan
        "quant.hqq.unpack": unpack}
 VARIANTS = {"quant.hqq.quantize": {"bits": [1, 2, 3, 4, 5, 6, 8], "group": [64, 8, 16, 32, 128], "axis": [0, 1],
                                    "optimize": [True, False], "round_zero": [False, True],
-                                   "beta_schedule": ["constant"]},
+                                   "beta_schedule": ["constant"], "flat_floor": [True]},
             "quant.hqq.pack": {"layout": ["8bit_u8", "4bit_u8", "3bit_32", "2bit_u8", "1bit_u8"]},
             "quant.hqq.unpack": {"layout": ["8bit_u8", "4bit_u8", "3bit_32", "2bit_u8", "1bit_u8"]}}
