@@ -7,6 +7,12 @@ implementation of quant.awq.search_scales and quant.awq.search_clip.
                            quantizer and loss. The losses are the values its
                            `_compute_loss` returns, recorded in order; the choice is the
                            first smallest of them (AutoAWQ's strict `<`), and s what it returns.
+  quant.awq.quantize       AwqQuantizer.pseudo_quantize_tensor (zero_point=True): the codes are
+                           round(w' / scale) + zero from its dequantized weights
+  quant.pack.awq_pack      WQLinear_GEMM.from_linear's packing loop, given a Linear whose
+                           weights are the codes, scales 1 and zero points 0
+  quant.pack.awq_unpack    awq.utils.packing_utils.unpack_awq + reverse_awq_order
+  quant.pack.awq_dequantize  packing_utils.dequantize_gemm (the result in the scales' dtype)
   quant.awq.search_clip    AwqQuantizer._compute_best_clip(w, x) (n_grid 20, max_shrink 0.5,
                            every n // 512-th token). AutoAWQ asserts that the rows are a
                            multiple of 64: w gets zero rows up to the next multiple of 64,
@@ -42,7 +48,9 @@ from ref.conformance.implementation import Implementation
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # AutoAWQ's deprecation notice
     import awq
+    from awq.modules.linear.gemm import WQLinear_GEMM
     from awq.quantize.quantizer import AwqQuantizer
+    from awq.utils.packing_utils import dequantize_gemm, reverse_awq_order, unpack_awq
 
 NAME = "AutoAWQ (CPU)"
 VERSION = f"autoawq {awq.__version__}, torch {torch.__version__}"
@@ -124,10 +132,65 @@ def search_clip(x, w, *, bits=4, group=128):
     return max_val.reshape(wt.shape[0], -1)[:rows].numpy()
 
 
-OPS = {"quant.awq.search_scales": _scale_search(torch.nn.Linear), "quant.awq.search_clip": search_clip}
+def quantize(w, *, bits=4, group=128):
+    """pseudo_quantize_tensor (zero_point=True): its dequantized weights, scales and zeros;
+    codes = round(w' / scale) + zero (exact: w' is (code - zero) * scale in float32)."""
+    wt = _tensor(w)
+    if wt.ndim != 2:
+        raise ValueError(f"w: expected [out, in], got shape {tuple(wt.shape)}")
+    q = _quantizer(bits, group, wt.shape[1])
+    with torch.no_grad():
+        wq, scales, zeros = q.pseudo_quantize_tensor(wt.clone())
+    g = q.group_size
+    s = scales.repeat_interleave(g, dim=1)
+    z = zeros.repeat_interleave(g, dim=1)
+    codes = torch.round(wq / s) + z
+    return codes.to(torch.int64).numpy(), scales.numpy(), zeros.numpy()
+
+
+def awq_pack(codes):
+    """WQLinear_GEMM.from_linear's packing loop (order 0 2 4 6 1 3 5 7) on codes [out, n]: a
+    Linear holding the codes as weights, scales 1 and zero points 0 (one group), so that the
+    integers it rounds are the codes."""
+    c = torch.from_numpy(as_native(np.asarray(codes)))
+    if c.ndim != 2 or c.dtype not in (torch.int32, torch.int64, torch.uint8, torch.int8, torch.int16):
+        raise ValueError(f"codes: expected 2-d integer codes, got {c.dtype} {tuple(c.shape)}")
+    out, n = c.shape
+    linear = torch.nn.Linear(n, out, bias=False)
+    linear.weight.data = c.to(torch.float32)
+    ones, zero = torch.ones(1, out), torch.zeros(1, out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        packed = WQLinear_GEMM.from_linear(linear, 4, n, scales=ones, zeros=zero)
+    return packed.qweight.numpy()
+
+
+def awq_unpack(words):
+    """unpack_awq + reverse_awq_order (AutoAWQ's own unpacking, awq/utils/packing_utils.py):
+    [n, out/8] -> [n, out], returned as codes [out, n]."""
+    w = torch.from_numpy(as_native(np.asarray(words)))
+    iw, _ = reverse_awq_order(*unpack_awq(w, w[:1], 4), 4)
+    return torch.bitwise_and(iw, 15).to(torch.int64).T.contiguous().numpy()
+
+
+def awq_dequantize(qweight, qzeros, scales, *, group=128):
+    """dequantize_gemm(qweight, qzeros, scales, 4, group): [in, out] in the scales' dtype
+    (float16 in AutoAWQ checkpoints), returned transposed to [out, in]."""
+    qw = torch.from_numpy(as_native(np.asarray(qweight)))
+    qz = torch.from_numpy(as_native(np.asarray(qzeros)))
+    sc = torch.from_numpy(as_native(np.asarray(scales)))
+    size = qw.shape[0] if group == -1 else int(group)
+    return dequantize_gemm(qw, qz, sc, 4, size).T.contiguous().numpy()
+
+
+OPS = {"quant.awq.search_scales": _scale_search(torch.nn.Linear), "quant.awq.search_clip": search_clip,
+       "quant.awq.quantize": quantize, "quant.pack.awq_pack": awq_pack, "quant.pack.awq_unpack": awq_unpack,
+       "quant.pack.awq_dequantize": awq_dequantize}
 VARIANTS = {"quant.awq.search_scales": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128],
                                         "duo_scaling": [False, True], "grid": ["awq"]},
-            "quant.awq.search_clip": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128]}}
+            "quant.awq.search_clip": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128]},
+            "quant.awq.quantize": {"bits": [2, 3, 4, 8], "group": [-1, 32, 64, 128]},
+            "quant.pack.awq_dequantize": {"group": [128, 64, 32, 16, 8, 4, 2, 1, -1]}}
 
 AS_ON_GPU = Implementation(f"{NAME}, state_dict copied as on a GPU",
                            {**OPS, "quant.awq.search_scales": _scale_search(_CopyingLinear)},
