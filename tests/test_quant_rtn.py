@@ -146,7 +146,6 @@ def test_default_kernel_on_random_examples():
     assert run(impl, ops=list(numpy_quant_codecs.OPS), examples=300, shrink=False).ok
 
 
-@pytest.mark.deep
 def test_gptq_reference_transcription_in_torch():
     """IST-DASLab/gptq's Quantizer.find_params and quantize, transcribed in torch float32
     (torch.round is half to even): equal bit for bit on random layers at every width."""

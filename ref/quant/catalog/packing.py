@@ -123,6 +123,11 @@ def _zeros_vectors(name: str):
                              Case({"zeros": np.zeros((16, 2), np.int64)}, {"bits": 3}), "invalid"),
                   VectorSpec("a zero point of 16 at 4 bits is rejected", ("InvalidInput",),
                              Case({"zeros": np.full((8, 1), 16)}, {"bits": 4}), "invalid")]
+    else:
+        specs += [VectorSpec("uint32 qzeros are rejected", ("InvalidInput",),
+                             Case({"qzeros": np.zeros((2, 1), np.uint32)}, {"bits": 4}), "invalid"),
+                  VectorSpec("1-d qzeros are rejected", ("InvalidInput",),
+                             Case({"qzeros": np.zeros(4, np.int32)}, {"bits": 4}), "invalid")]
     return specs
 
 
@@ -134,7 +139,8 @@ def _repair_vectors():
         specs.append(VectorSpec(f"{bits} bits: v1 zero points with zeros of 0 (fields of all ones)",
                                 ("CarryRepair", "ZeroFormatV1"),
                                 Case({"qzeros": P.gptq_qzeros(z, bits=bits, zero_format="v1")}, {"bits": bits})))
-    return specs
+    return specs + [VectorSpec("int64 qzeros are rejected", ("InvalidInput",),
+                               Case({"qzeros": np.zeros((2, 1), np.int64)}, {"bits": 4}), "invalid")]
 
 
 def _g_idx_vectors():

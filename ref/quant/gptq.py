@@ -1,0 +1,219 @@
+"""GPTQ (Frantar et al., arXiv:2210.17323): quantize a linear layer's weight column by
+column, each column's rounding error fed back into the columns not yet quantized
+through the inverse Hessian of the layer's quadratic objective.
+
+    objective    ||W X - Q X||^2 over calibration inputs X [cols, n]
+    hessian      H = (2/n) X X^T                     (the reference's convention)
+    dead         H_ii = 0: W[:, i] = 0 and H_ii = 1
+    dampening    H += percdamp * mean(diag H) * I    (relative; default 0.01)
+    Hinv         U upper triangular with H^-1 = U^T U (the upper Cholesky factor of H^-1)
+    per column j (in order, or in act-order: diag H descending):
+        q_j   = dequant(quant(w_j))                  (group params: see below)
+        err_j = (w_j - q_j) / U_jj
+        w_k  -= err_j * U_jk   for k > j             (lazily: inside the block of
+                                                      `blocksize` columns at once, the
+                                                      trailing columns at block end)
+        loss += (w_j - q_j)^2 / U_jj^2 / 2
+    act-order: the columns permuted by argsort(diag H, descending; ties by ascending
+    index), the permutation undone on the codes.
+
+The quantizer is the float32 RTN codec of ref.quant.rtn (GPTQ's min-max range forced
+to include zero; `scheme` asymmetric, GPTQ's symmetric, or another rtn scheme; `search`
+minmax, or "mse", rtn.mse_params, the reference's --mse option), applied to the
+current weights rounded to float32, as every library runs it: scales and zero points
+are float32 numbers, the feedback algebra around them float64.
+
+Group parameters over `group` consecutive input channels (`group=-1`: one group per
+row, found on the weights before dead columns are zeroed, as the reference does):
+"dynamic" (default) computes a group's scale and zero point when its first column is
+reached, from the group's weights as the feedback has updated them by then, so the
+lazy block size changes nothing; in act-order the groups are runs of `group` permuted
+columns and g_idx[perm[j]] = j // group (GPTQModel's and auto-gptq's desc_act). The
+reference code (and GPTQModel) take those weights from the block's start, missing the
+updates of the block's own earlier columns: "block_start", the same as "dynamic" when
+`group` is a multiple of `blocksize` (the defaults 128 and 128). "static" (the
+reference's static_groups) computes them from the weights before any update, after dead
+columns are zeroed, in the original column order (g_idx[i] = i // group); act-order
+then only changes the order the columns are visited in.
+
+The outputs are codes [rows, cols] (original column order), scales and zero points
+[rows, groups], g_idx [cols] and losses [rows] (each row's accumulated loss, which
+equals (w - q) H (w - q)^T / 2 with the damped H and the dead-zeroed w). Losses are
+returned rounded to float32, so that their last bits do not depend on the LAPACK
+doing the Cholesky factorizations.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import linalg
+
+from ref.arguments import boolean, integer, member, real
+from ref.quant import rtn
+
+__all__ = ["BITS", "GroupParams", "dampen", "gptq", "hessian", "inverse_cholesky", "order", "prepare"]
+
+BITS = (2, 3, 4, 8)
+F64 = np.float64
+
+
+class GroupParams(enum.Enum):
+    DYNAMIC = "dynamic"  # at each group's first column, from the updated weights (reference default)
+    STATIC = "static"  # from the weights before GPTQ, original column order (static_groups)
+    BLOCK_START = "block_start"  # the reference code: from the weights as the lazy block found them
+
+
+def hessian(x: ArrayLike) -> NDArray[np.float64]:
+    """H = (2/n) X X^T from calibration inputs x [n, cols] (one row per token), in
+    float64: the reference's convention (llm-compressor accumulates the same 2 X^T X / n)."""
+    x = np.asarray(x)
+    if x.ndim != 2 or x.dtype.kind != "f":
+        raise ValueError(f"x: expected float calibration inputs [tokens, cols], got {x.dtype} {x.shape}")
+    if x.shape[0] == 0:
+        raise ValueError("x: at least one calibration token is needed")
+    if not np.isfinite(x).all():
+        raise ValueError("x: calibration inputs must be finite (found NaN or Inf)")
+    x = x.astype(F64)
+    return (2.0 / x.shape[0]) * (x.T @ x)  # [cols, cols]
+
+
+def prepare(w: NDArray, h: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+    """(W with dead columns zeroed, H with their diagonal set to 1, the dead mask)."""
+    dead = np.diag(h) == 0  # [cols]
+    w, h = w.copy(), h.copy()
+    w[:, dead] = 0.0
+    h[dead, dead] = 1.0
+    return w, h, dead
+
+
+def dampen(h: NDArray, percdamp: float) -> NDArray:
+    """H + percdamp * mean(diag H) * I."""
+    return h + percdamp * np.mean(np.diag(h)) * np.eye(h.shape[0])
+
+
+def inverse_cholesky(h: NDArray) -> NDArray:
+    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite)."""
+    try:
+        lower = linalg.cholesky(h, lower=True)  # H = L L^T
+        hinv = linalg.cho_solve((lower, True), np.eye(h.shape[0]))  # H^-1
+        return linalg.cholesky((hinv + hinv.T) / 2, lower=False)  # H^-1 = U^T U
+    except linalg.LinAlgError as e:
+        raise ValueError(f"hessian: not positive definite after dampening ({e})") from None
+
+
+def order(h: NDArray, act_order: bool) -> NDArray[np.int64]:
+    """The column visiting order: identity, or diag H descending (ties: ascending index)."""
+    if not act_order:
+        return np.arange(h.shape[0])
+    return np.argsort(-np.diag(h), kind="stable")
+
+
+def _check(w, h, bits, group, scheme, search, percdamp, blocksize, act_order, group_params):
+    w, h = np.asarray(w), np.asarray(h)
+    if w.ndim != 2 or w.dtype.kind != "f":
+        raise ValueError(f"w: expected a float weight [rows, cols], got {w.dtype} {w.shape}")
+    if h.dtype.kind != "f" or h.shape != (w.shape[1], w.shape[1]):
+        raise ValueError(f"hessian: expected a float [cols, cols] = [{w.shape[1]}, {w.shape[1]}] matrix, "
+                         f"got {h.dtype} {h.shape}")
+    if w.size == 0:
+        raise ValueError(f"w: expected at least one row and one column, got {w.shape}")
+    if not np.isfinite(w).all():
+        raise ValueError("w: weights must be finite (found NaN or Inf)")
+    if not np.isfinite(h).all():
+        raise ValueError("hessian: must be finite (found NaN or Inf)")
+    if not np.array_equal(h, h.T):
+        raise ValueError("hessian: must be symmetric (H == H^T exactly)")
+    if (np.diag(h) < 0).any():
+        raise ValueError("hessian: a negative diagonal entry (not positive semidefinite)")
+    bits = integer(bits, "bits", choices=BITS)
+    group = integer(group, "group", minimum=-1)
+    if group == 0 or (group > 0 and w.shape[1] % group):
+        raise ValueError(f"group: expected -1 or a positive divisor of cols={w.shape[1]}, got {group}")
+    percdamp = real(percdamp, "percdamp", positive=False)
+    if percdamp < 0:
+        raise ValueError(f"percdamp: expected a dampening fraction >= 0, got {percdamp}")
+    blocksize = integer(blocksize, "blocksize", minimum=1)
+    act_order = boolean(act_order, "act_order")
+    group_params = member(group_params, GroupParams, "group_params")
+    scheme = member(scheme, rtn.Scheme, "scheme")
+    search = member(search, rtn.Search, "search")
+    return (w.astype(F64), h.astype(F64), bits, group, scheme, search, percdamp, blocksize, act_order, group_params)
+
+
+def gptq(w: ArrayLike, hessian: ArrayLike, *, bits: int = 4, group: int = -1,
+         scheme: rtn.Scheme | str = rtn.Scheme.ASYMMETRIC, search: rtn.Search | str = rtn.Search.MINMAX,
+         percdamp: float = 0.01, blocksize: int = 128, act_order: bool = False,
+         group_params: GroupParams | str = GroupParams.DYNAMIC):
+    """GPTQ of w [rows, cols] given the layer Hessian [cols, cols] (see `hessian`) ->
+    (codes [rows, cols] int64, scales [rows, groups] float32, zeros [rows, groups] int64,
+    g_idx [cols] int64, losses [rows] float32)."""
+    w, h, bits, group, scheme, search, percdamp, blocksize, act_order, group_params = _check(
+        w, hessian, bits, group, scheme, search, percdamp, blocksize, act_order, group_params)
+    rows, cols = w.shape
+    g = cols if group == -1 else group
+    ngroups = cols // g
+    quant = dict(bits=bits, scheme=scheme, zero_range=rtn.ZeroRange.INCLUDE_ZERO, search=search)
+    scales = np.zeros((rows, ngroups), np.float32)  # [rows, groups]
+    zeros = np.zeros((rows, ngroups), np.float32)  # [rows, groups]
+    if group == -1:
+        scales[:, 0], zeros[:, 0] = _params(w, quant)  # before dead columns are zeroed
+    w, h, _ = prepare(w, h)
+    if group_params is GroupParams.STATIC and group != -1:
+        scales[:], zeros[:] = _params(w.reshape(rows, ngroups, g), quant)
+    perm = order(h, act_order)  # [cols]: permuted column j is original column perm[j]
+    dynamic = group != -1 and group_params is not GroupParams.STATIC
+    g_idx = (np.argsort(perm) if dynamic else np.arange(cols)) // g  # [cols], original order
+    col_group = g_idx[perm]  # [cols]: the group of permuted column j
+    w, h = w[:, perm], h[np.ix_(perm, perm)]
+    u = inverse_cholesky(dampen(h, percdamp))  # [cols, cols] upper
+    codes = np.zeros((rows, cols), dtype=np.int64)  # permuted order
+    losses = np.zeros(rows)
+    for i1 in range(0, cols, blocksize):
+        i2 = min(i1 + blocksize, cols)
+        w1 = w[:, i1:i2].copy()  # [rows, b]: the block, updated column by column
+        err1 = np.zeros_like(w1)  # [rows, b]
+        for i in range(i2 - i1):
+            j = i1 + i
+            if dynamic and j % g == 0:
+                current = w[:, j:j + g] if group_params is GroupParams.BLOCK_START else \
+                    _current(w, w1, err1, u, i1, i2, j, j + g)  # [rows, g]
+                scales[:, j // g], zeros[:, j // g] = _params(current, quant)
+            k = col_group[j]
+            codes[:, j], q = _round(w1[:, i], scales[:, k], zeros[:, k], bits)  # [rows] each
+            d = u[j, j]
+            err1[:, i] = (w1[:, i] - q) / d
+            losses += (w1[:, i] - q) ** 2 / d**2 / 2
+            w1[:, i + 1:] -= np.outer(err1[:, i], u[j, j + 1:i2])
+        w[:, i2:] -= err1 @ u[i1:i2, i2:]  # the lazy update of the trailing columns
+    codes = codes[:, np.argsort(perm)]
+    return codes, scales, zeros.astype(np.int64), g_idx.astype(np.int64), losses.astype(np.float32)
+
+
+def _params(w: NDArray, quant: dict) -> tuple[NDArray, NDArray]:
+    """A group's (scale, zero point) on the float32 grid: rtn.params of the weights
+    rounded to float32, in float32 arithmetic, as every library computes them."""
+    quant = dict(quant)
+    find = rtn.mse_params if quant.pop("search") is rtn.Search.MSE else rtn.params
+    return find(w.astype(np.float32), **quant)
+
+
+def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int) -> tuple[NDArray, NDArray]:
+    """(codes, dequantized weights in float64) of one column w [rows]: the float32 RTN
+    codec applied to the current weights rounded to float32."""
+    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits)  # [rows, 1]
+    return codes[:, 0], rtn.dequantize(codes, scale[:, None], zero[:, None])[:, 0].astype(F64)
+
+
+def _current(w, w1, err1, u, i1, i2, c1, c2) -> NDArray:
+    """Columns c1..c2 of the weights as the feedback has updated them so far: inside the
+    block w1, past it w less the block's pending updates (so the lazy block size does
+    not change a group's parameters)."""
+    inside = w1[:, c1 - i1:min(c2, i2) - i1]  # [rows, <= g]
+    if c2 <= i2:
+        return inside
+    n = c1 - i1  # the block's columns quantized so far
+    beyond = w[:, i2:c2] - err1[:, :n] @ u[i1:c1, i2:c2]  # [rows, c2 - i2]
+    return np.concatenate([inside, beyond], axis=1)
