@@ -5,7 +5,12 @@ One torch Linear holds w; GPTQ(linear, QuantizeConfig(...)) with
 
   bits, group_size=group, sym=(scheme == "symmetric"), desc_act=act_order,
   static_groups=(group_params == "static"), damp_percent=percdamp,
-  damp_auto_increment=0 (no retry with more dampening), act_group_aware=False
+  damp_auto_increment=0 (no retry with more dampening), act_group_aware=False,
+  mse=2.4 for search "mse" (its quantizer's grid 100, maxshrink 0.8: the reference's)
+
+Its dynamic groups are the reference's: a group's params come from W as the lazy block
+update left it at the block start (group_params "block_start"), not from the weights
+with the block's pending updates ("dynamic"), which GPTQModel does not compute.
 
 and `quantizer.configure(perchannel=True)` (as its gptq processor does). The Hessian is
 given, not accumulated: it is set as the finished H (GPTQModel's add_batch keeps
@@ -66,15 +71,17 @@ class _Recording(types.ModuleType):
         return out
 
 
-def config(*, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, act_order=False, group_params="dynamic",
-           **overrides) -> QuantizeConfig:
+def config(*, bits=4, group=-1, scheme="asymmetric", search="minmax", percdamp=0.01, act_order=False,
+           group_params="block_start", **overrides) -> QuantizeConfig:
     """The QuantizeConfig this adapter runs (the reference's settings; `overrides` set others)."""
     if scheme not in ("asymmetric", "symmetric"):
         raise NotImplementedError("GPTQModel's schemes: asymmetric and GPTQ's symmetric")
+    if group != -1 and group_params not in ("block_start", "static"):
+        raise NotImplementedError("GPTQModel's groups: the reference's (params from W at the block start) or static")
     settings = dict(bits=int(bits), group_size=int(group), sym=scheme == "symmetric", desc_act=bool(act_order),
                     static_groups=group_params == "static" and group != -1, damp_percent=float(percdamp),
                     damp_auto_increment=0.0, act_group_aware=False, offload_to_disk=False,
-                    offload_to_disk_path=_SCRATCH)
+                    offload_to_disk_path=_SCRATCH, mse=2.4 if search == "mse" else 0.0)
     settings.update(overrides)
     return QuantizeConfig(**settings)
 
@@ -100,9 +107,9 @@ def run(w, hessian, cfg: QuantizeConfig, blocksize=128):
     return q, scale, zero, g_idx, recording.kept[0], avg_loss, damp
 
 
-def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, blocksize=128, act_order=False,
-         group_params="dynamic"):
-    cfg = config(bits=bits, group=group, scheme=scheme, percdamp=percdamp, act_order=act_order,
+def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", search="minmax", percdamp=0.01, blocksize=128,
+         act_order=False, group_params="block_start"):
+    cfg = config(bits=bits, group=group, scheme=scheme, search=search, percdamp=percdamp, act_order=act_order,
                  group_params=group_params)
     q, scale, zero, g_idx, losses, _, _ = run(w, hessian, cfg, blocksize)
     gi = g_idx.to(torch.int64)
@@ -113,5 +120,7 @@ def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, bl
 
 
 OPS = {OP: gptq}
-VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric"], "act_order": [False, True],
-                 "group_params": ["dynamic", "static"]}}
+# every group_params value is declared: for group -1 they are one algorithm; for groups
+# GPTQModel raises NotImplementedError (a skip) for "dynamic"
+VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric"], "search": ["minmax", "mse"],
+                 "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]}}

@@ -100,8 +100,10 @@ def run(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, blo
     return q[0], qp["scale"], qp["zero_point"], rows, total[0], bool(fallback[0])
 
 
-def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, blocksize=128, act_order=False,
-         group_params="dynamic"):
+def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", search="minmax", percdamp=0.01, blocksize=128,
+         act_order=False, group_params="static"):
+    if search != "minmax":
+        raise NotImplementedError("llm-compressor's weight observer here: memoryless_minmax")
     if group != -1 and group_params != "static":
         raise NotImplementedError("llm-compressor's observer fixes every group's parameters before GPTQ (static)")
     q, scale, zero_point, losses, _, _ = run(w, hessian, bits=bits, group=group, scheme=scheme, percdamp=percdamp,
@@ -119,5 +121,7 @@ def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, bl
 
 
 OPS = {OP: gptq}
+# every group_params value is declared: for group -1 they are one algorithm; for groups
+# llm-compressor raises NotImplementedError (a skip) for any but "static"
 VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric_compressed_tensors"],
-                 "act_order": [False, True], "group_params": ["static"]}}
+                 "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]}}
