@@ -23,9 +23,15 @@ torch.zeros_like of the weights in quantize), summed over each row.
 
 GPTQModel's own defaults differ from the reference's and are not what this adapter
 runs (spec/quant.md, "Engines"): damp_percent 0.05 (not 0.01), damp_auto_increment
-0.0015 (a Hessian that fails Cholesky is retried with more dampening, then with a
+0.01 (a Hessian that fails Cholesky is retried with more dampening, then with a
 diagonal floor), and act_group_aware=True whenever desc_act is off (GAR: columns
 reordered inside each group by diag H and the groups by their largest diag H).
+
+Packing: quant.pack.gptq_qweight and gptq_qzeros through TorchLinear.pack_original (a
+Linear holding codes - zero with scales 1, so that the integers it packs are the codes;
+GPTQModel keeps v2 zero points and writes v1 with convert_gptq_v2_to_v1_format_module),
+quant.pack.gptq_repair_v1 through convert_gptq_v1_to_v2_format_module (what it does to
+a v1 checkpoint on load).
 
 Run (spec/quant.md, "Engines"):
   python -m ref conform --impl ref.conformance.adapters.gptqmodel_gptq \
@@ -45,8 +51,13 @@ import torch
 from ref.conformance.adapters import as_native
 
 os.environ.setdefault("GPTQMODEL_SKIP_BANNER", "1")
+from gptqmodel.nn_modules.qlinear.torch import TorchLinear  # noqa: E402
 from gptqmodel.quantization import gptq as gptq_module  # noqa: E402
 from gptqmodel.quantization.config import QuantizeConfig  # noqa: E402
+from gptqmodel.utils.model import (  # noqa: E402
+    convert_gptq_v1_to_v2_format_module,
+    convert_gptq_v2_to_v1_format_module,
+)
 
 NAME = "GPTQModel GPTQ (eager, CPU)"
 VERSION = f"gptqmodel {version('gptqmodel')}, torch {torch.__version__}"
@@ -119,7 +130,65 @@ def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", search="minmax", 
             losses.sum(dim=1).numpy().astype(np.float32))
 
 
-OPS = {OP: gptq}
+def _packed(codes, zeros, bits, group):
+    """TorchLinear.pack_original (GPTQModel's reference packer, v2 zero points) of a Linear
+    whose weights are codes - zero with scales 1, so that the integers it rounds and packs
+    are `codes`: the module, holding qweight [in * b / 32, out] and qzeros [G, out * b / 32]."""
+    out, inp = codes.shape
+    module = TorchLinear(bits=int(bits), group_size=int(group), sym=False, desc_act=False, in_features=inp,
+                         out_features=out, bias=False)
+    g_idx = torch.arange(inp, dtype=torch.int32) // int(group)
+    linear = torch.nn.Linear(inp, out, bias=False)
+    linear.weight.data = torch.from_numpy((codes - zeros[:, g_idx.numpy()]).astype(np.float32))
+    module.pack_original(linear, torch.ones(zeros.shape, dtype=torch.float32), torch.from_numpy(zeros.astype(np.int32)),
+                         g_idx)
+    return module
+
+
+def _ints(a, name):
+    a = np.asarray(a)
+    if a.ndim != 2 or a.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected 2-d integers, got {a.dtype} {a.shape}")
+    return a.astype(np.int64)
+
+
+def gptq_qweight(codes, *, bits=4):
+    """qweight of codes [out, in]; pack_original also packs the zero points along the
+    outputs, which at 3 bits needs a multiple of 32 of them: the outputs are padded with
+    zero codes to a multiple of 32 and the padding columns of qweight dropped (each
+    output's column of qweight is packed on its own)."""
+    codes = _ints(codes, "codes")
+    out = codes.shape[0]
+    padded = np.concatenate([codes, np.zeros((-out % 32, codes.shape[1]), np.int64)])
+    return _packed(padded, np.zeros((padded.shape[0], 1), np.int64), bits, codes.shape[1]).qweight.numpy()[:, :out]
+
+
+def gptq_qzeros(zeros, *, bits=4, zero_format="v1"):
+    """pack_original's qzeros (GPTQModel keeps v2, the zero points as they are); v1 as
+    GPTQModel writes a "gptq" checkpoint: convert_gptq_v2_to_v1_format_module."""
+    zeros = _ints(zeros, "zeros")
+    out, groups = zeros.shape
+    module = _packed(np.zeros((out, 32 * groups), np.int64), zeros, bits, 32)
+    if zero_format == "v1":
+        convert_gptq_v2_to_v1_format_module(module, config(bits=bits, group=32))
+    return module.qzeros.numpy()
+
+
+def gptq_repair_v1(qzeros, *, bits=4):
+    """convert_gptq_v1_to_v2_format_module: what GPTQModel does to a v1 checkpoint's qzeros on load."""
+    q = np.asarray(qzeros)
+    if q.dtype != np.int32 or q.ndim != 2:
+        raise ValueError(f"qzeros: expected 2-d int32 words, got {q.dtype} {q.shape}")
+    out = q.shape[1] * 32 // int(bits)
+    module = TorchLinear(bits=int(bits), group_size=32, sym=False, desc_act=False, in_features=32 * q.shape[0],
+                         out_features=out, bias=False)
+    module.qzeros = torch.from_numpy(q.copy())
+    convert_gptq_v1_to_v2_format_module(module, bits=int(bits), pack_dtype=torch.int32)
+    return module.qzeros.numpy()
+
+
+OPS = {OP: gptq, "quant.pack.gptq_qweight": gptq_qweight, "quant.pack.gptq_qzeros": gptq_qzeros,
+       "quant.pack.gptq_repair_v1": gptq_repair_v1}
 # every group_params value is declared: for group -1 they are one algorithm; for groups
 # GPTQModel raises NotImplementedError (a skip) for "dynamic"
 VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric"], "search": ["minmax", "mse"],
