@@ -42,9 +42,14 @@ def test_agreement_rejects_two_levels_too_many_rows_and_drifting_floats():
     codes[:6, 0] = np.where(codes[:6, 0] < 15, codes[:6, 0] + 1, 14)  # 6 of 8 rows > floor(0.375 * 8) + 2 = 5
     assert not GPTQ(out, _with(out, 0, codes)).ok
     scales = out[1].copy()
-    scales[2, 1] *= np.float32(1.001)
-    cmp = GPTQ(out, _with(out, 1, scales))
-    assert not cmp.ok and cmp.part == "scales"
+    scales[2, 1] *= np.float32(1.001)  # one row's scale moved (an MSE shrink near-tie): the row diverges
+    assert GPTQ(out, _with(out, 1, scales)).ok
+    cmp = GPTQ(out, _with(out, 1, out[1] * np.float32(1.001)))  # every row's: too many diverge
+    assert not cmp.ok and cmp.part == "codes"
+    losses = out[4].copy()
+    losses[3] *= np.float32(1.01)  # a row whose codes agree: its loss within 1.5e-3
+    cmp = GPTQ(out, _with(out, 4, losses))
+    assert not cmp.ok and cmp.part == "losses"
     assert not GPTQ(out, _with(out, 4, out[4] * np.float32(2))).ok  # a loss without the 1/2
     g_idx = out[3].copy()
     g_idx[[0, -1]] = g_idx[[-1, 0]]

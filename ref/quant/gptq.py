@@ -132,6 +132,8 @@ def _check(w, h, bits, group, scheme, search, percdamp, blocksize, act_order, gr
     group = integer(group, "group", minimum=-1)
     if group == 0 or (group > 0 and w.shape[1] % group):
         raise ValueError(f"group: expected -1 or a positive divisor of cols={w.shape[1]}, got {group}")
+    if isinstance(percdamp, np.ndarray) and percdamp.ndim == 0:
+        percdamp = percdamp[()]  # golden files store scalars as 0-d arrays
     percdamp = real(percdamp, "percdamp", positive=False)
     if percdamp < 0:
         raise ValueError(f"percdamp: expected a dampening fraction >= 0, got {percdamp}")
