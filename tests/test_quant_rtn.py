@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from corpus import quant_rtn
 
-from ref.conformance.adapters import numpy_quant_codecs
+from ref.conformance.adapters import numpy_quant_codecs, numpy_quant_packing
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import run
 from ref.formats import intgroup
@@ -141,9 +141,11 @@ def test_default_kernel_and_bugs_through_the_runner():
 
 
 @pytest.mark.deep
-def test_default_kernel_on_random_examples():
-    impl = Implementation("numpy quant codecs", numpy_quant_codecs.OPS, variants=numpy_quant_codecs.VARIANTS)
-    assert run(impl, ops=list(numpy_quant_codecs.OPS), examples=300, shrink=False).ok
+@pytest.mark.parametrize("kernel, examples", [(numpy_quant_codecs, 300), (numpy_quant_packing, 100)])
+def test_default_kernels_on_random_examples(kernel, examples):
+    impl = Implementation(kernel.NAME, kernel.OPS, variants=kernel.VARIANTS)
+    report = run(impl, ops=list(kernel.OPS), examples=examples, shrink=False)
+    assert report.ok, report.details()
 
 
 def test_gptq_reference_transcription_in_torch():

@@ -7,6 +7,9 @@ weights along the last axis, the codes, and the weights they stand for.
       asymmetric:  scale = (hi - lo) / maxq,  zero = clamp(rne(-lo / scale), 0, maxq)
       symmetric:   amax = max(|lo|, hi); lo = -amax where lo < 0;             (GPTQ's)
                    scale = (hi - lo) / maxq,  zero = (maxq + 1) / 2
+      asymmetric_compressed_tensors: scale as asymmetric; signed zp = clamp(rne(-2^(b-1)
+                   - lo / scale), -2^(b-1), 2^(b-1) - 1) from the scale before its floor
+                   (0 / 0: zp 0), zero = zp + 2^(b-1); quantize adds zp before rounding
       symmetric_compressed_tensors:  scale = 2 amax / maxq,  zero = 2^(b-1)
       symmetric_restricted:          scale = amax / (2^(b-1) - 1), zero = 2^(b-1)
       an all-zero group: lo, hi = -1, +1 (asymmetric and GPTQ's symmetric with
@@ -14,7 +17,8 @@ weights along the last axis, the codes, and the weights they stand for.
       scale 1 (symmetric_restricted, as ref.formats.intgroup); scale 0 raised to the
       floor (symmetric_compressed_tensors, as compressed-tensors clamps it)
       scale = max(scale, floor): floor = the dtype's smallest normal ("tiny") or its
-      epsilon ("eps", compressed-tensors); the range below `span_floor` is raised to it
+      epsilon ("eps"); "zero_to_eps" replaces only a scale of 0 (compressed-tensors);
+      the range below `span_floor` is raised to it
   quantize:    q = clamp(rne(w / scale) + zero, 0, maxq)       (maxq = 2^bits - 1)
   dequantize:  w' = scale * (q - zero)
 
@@ -39,7 +43,7 @@ import enum
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ref.arguments import integer, member, real
+from ref.arguments import boolean, integer, member, real
 
 __all__ = ["BITS", "ScaleFloor", "Scheme", "Search", "ZeroRange", "dequantize", "dequantize_groups", "mse_params", "params",
            "quantize", "quantize_groups"]
@@ -49,6 +53,7 @@ BITS = (2, 3, 4, 8)
 
 class Scheme(enum.Enum):
     ASYMMETRIC = "asymmetric"  # min-max with a zero point (GPTQ asym, AWQ)
+    ASYMMETRIC_COMPRESSED_TENSORS = "asymmetric_compressed_tensors"  # zero from the raw scale, added before rounding
     SYMMETRIC = "symmetric"  # GPTQ's: (hi - lo) / maxq with lo = -amax where lo < 0, zero (maxq + 1) / 2
     SYMMETRIC_COMPRESSED_TENSORS = "symmetric_compressed_tensors"  # 2 amax / maxq, signed codes + 2^(b-1)
     SYMMETRIC_RESTRICTED = "symmetric_restricted"  # amax / (2^(b-1) - 1) (ref.formats.intgroup, QuaRot)
@@ -66,7 +71,8 @@ class Search(enum.Enum):
 
 class ScaleFloor(enum.Enum):
     TINY = "tiny"  # the dtype's smallest normal: only a scale that underflows is raised
-    EPS = "eps"  # the dtype's epsilon (compressed-tensors, torchao, ref.formats.intgroup)
+    EPS = "eps"  # the dtype's epsilon (torchao, ref.formats.intgroup)
+    ZERO_TO_EPS = "zero_to_eps"  # only a scale of exactly 0 becomes the epsilon (compressed-tensors)
 
 
 def _weights(w: ArrayLike, name: str = "w") -> NDArray:
@@ -122,8 +128,9 @@ def _from_range(lo: NDArray, hi: NDArray, bits: int, scheme: Scheme, scale_floor
     dtype = lo.dtype
     dt = dtype.type
     maxq, half = dt((1 << bits) - 1), dt(1 << (bits - 1))
+    asymmetric = scheme in (Scheme.ASYMMETRIC, Scheme.ASYMMETRIC_COMPRESSED_TENSORS)
     with np.errstate(over="ignore", invalid="ignore"):
-        if scheme in (Scheme.ASYMMETRIC, Scheme.SYMMETRIC):
+        if asymmetric or scheme is Scheme.SYMMETRIC:
             span = np.maximum((hi - lo).astype(dtype), dt(span_floor))
             scale = (span / maxq).astype(dtype)
         else:
@@ -134,14 +141,21 @@ def _from_range(lo: NDArray, hi: NDArray, bits: int, scheme: Scheme, scale_floor
                 scale = np.where(amax > 0, amax / (half - dt(1)), dt(1)).astype(dtype)  # amax 0: scale 1
     if not np.isfinite(scale).all():
         raise ValueError("w: a group's range overflows the dtype (its scale would be Inf)")
+    if scheme is Scheme.ASYMMETRIC_COMPRESSED_TENSORS:  # signed zp = qmin - lo / scale, before the floor
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            signed = np.clip((-half - (lo / scale).astype(dtype)).astype(dtype), -half, half - dt(1))
+        zero = (np.rint(np.nan_to_num(signed, nan=0.0)) + half).astype(dtype)  # 0 / 0: zp 0 (x86's NaN cast)
     info = np.finfo(dtype)
-    scale = np.maximum(scale, dt(info.tiny if scale_floor is ScaleFloor.TINY else info.eps)).astype(dtype)
+    if scale_floor is ScaleFloor.ZERO_TO_EPS:
+        scale = np.where(scale == 0, dt(info.eps), scale).astype(dtype)
+    else:
+        scale = np.maximum(scale, dt(info.tiny if scale_floor is ScaleFloor.TINY else info.eps)).astype(dtype)
     if scheme is Scheme.ASYMMETRIC:
         with np.errstate(over="ignore"):
             zero = (np.clip(np.rint((-lo / scale).astype(dtype)), dt(0), maxq) + dt(0)).astype(dtype)  # -0 -> +0
     elif scheme is Scheme.SYMMETRIC:
         zero = np.full(scale.shape, (maxq + dt(1)) / dt(2), dtype=dtype)
-    else:
+    elif scheme is not Scheme.ASYMMETRIC_COMPRESSED_TENSORS:
         zero = np.full(scale.shape, half, dtype=dtype)
     return scale, zero
 
@@ -181,7 +195,8 @@ def mse_params(w: ArrayLike, *, bits: int, scheme: Scheme | str = Scheme.ASYMMET
     p = np.array([dt(1 - i / grid) for i in range(int(maxshrink * grid))], dtype=w.dtype)  # [P]
     p = p.reshape(-1, *(1,) * lo.ndim)  # [P, 1, ...]: every shrink at once
     scale, zero = _from_range((p * lo).astype(w.dtype), (p * hi).astype(w.dtype), bits, scheme, scale_floor, 0.0)
-    fake = scale[..., None] * (_codes(w, scale[..., None], zero[..., None], bits) - zero[..., None])  # [P, ..., g]
+    before = scheme is Scheme.ASYMMETRIC_COMPRESSED_TENSORS
+    fake = scale[..., None] * (_codes(w, scale[..., None], zero[..., None], bits, before) - zero[..., None])
     err = (np.abs(fake.astype(np.float64) - w) ** norm).sum(axis=-1)  # [P, ...]
     first = np.argmin(err, axis=0)[None] if err.size else np.zeros((1, *lo.shape), np.int64)  # first minimum
     return (np.take_along_axis(scale, first, axis=0)[0].astype(w.dtype),
@@ -201,13 +216,17 @@ def _per_group(arr: ArrayLike, w: NDArray, name: str) -> NDArray:
     except ValueError:
         raise ValueError(f"{name}: shape {np.shape(arr)} does not broadcast against {w.shape} "
                          "(one axis fewer than the weights, or as many)") from None
-    return arr.astype(w.dtype)
+    return arr.astype(w.dtype, copy=False)
 
 
-def quantize(w: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int) -> NDArray[np.int64]:
+def quantize(w: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int,
+             zero_before_rounding: bool = False) -> NDArray[np.int64]:
     """Codes clamp(rne(w / scale) + zero, 0, 2^bits - 1) as int64, in w's dtype arithmetic;
-    scale and zero broadcast over the last axis (see `_per_group`)."""
+    scale and zero broadcast over the last axis (see `_per_group`). With
+    `zero_before_rounding` (compressed-tensors), the signed zero point zero - 2^(b-1) is
+    added to w / scale before rounding: clamp(rne(w / scale + zero - 2^(b-1)) + 2^(b-1))."""
     bits = integer(bits, "bits", choices=BITS)
+    zero_before_rounding = boolean(zero_before_rounding, "zero_before_rounding")
     w = _weights(w)
     dt = w.dtype.type
     maxq = dt((1 << bits) - 1)
@@ -216,14 +235,18 @@ def quantize(w: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int) -> N
         raise ValueError("scale: expected positive finite scales")
     if not ((zero == np.rint(zero)).all() and (zero >= 0).all() and (zero <= maxq).all()):
         raise ValueError(f"zero: expected integers in [0, {int(maxq)}]")
-    return _codes(w, scale, zero, bits).astype(np.int64)
+    return _codes(w, scale, zero, bits, zero_before_rounding).astype(np.int64)
 
 
-def _codes(w: NDArray, scale: NDArray, zero: NDArray, bits: int) -> NDArray:
-    """clamp(rne(w / scale) + zero, 0, maxq) in w's dtype (as floats)."""
+def _codes(w: NDArray, scale: NDArray, zero: NDArray, bits: int, before: bool = False) -> NDArray:
+    """clamp(rne(w / scale) + zero, 0, maxq) in w's dtype (as floats); `before`: the
+    signed zero point added before rounding."""
     dt = w.dtype.type
-    with np.errstate(over="ignore"):
-        return np.clip(np.rint((w / scale).astype(w.dtype)) + zero, dt(0), dt((1 << bits) - 1))
+    half = dt(1 << (bits - 1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        x = (w / scale).astype(w.dtype, copy=False)
+        q = np.rint((x + (zero - half)).astype(w.dtype, copy=False)) + half if before else np.rint(x) + zero
+        return np.clip(q, dt(0), dt((1 << bits) - 1))
 
 
 def dequantize(codes: ArrayLike, scale: ArrayLike, zero: ArrayLike, *, bits: int | None = None) -> NDArray:
@@ -275,7 +298,8 @@ def quantize_groups(w: ArrayLike, *, bits: int = 4, group: int = 128, scheme: Sc
         scale, zero = mse_params(g, bits=bits, scheme=scheme, zero_range=zero_range, scale_floor=scale_floor)
     else:
         scale, zero = params(g, bits=bits, scheme=scheme, zero_range=zero_range, scale_floor=scale_floor)
-    codes = quantize(g, scale, zero, bits=bits)  # [..., n/g, g]
+    before = member(scheme, Scheme, "scheme") is Scheme.ASYMMETRIC_COMPRESSED_TENSORS
+    codes = quantize(g, scale, zero, bits=bits, zero_before_rounding=before)  # [..., n/g, g]
     return codes.reshape(w.shape), scale, zero
 
 

@@ -143,6 +143,12 @@ def _mse_with(norm=2.4, first=0, strict=True):
     return lambda original: mse_search
 
 
+def _zero_after_rounding(original):
+    def codes(r, scale, zero, bits, signed_zero=False):
+        return original(r, scale, zero, bits, False)
+    return codes
+
+
 def _dequantize_scaled_zero(codes, scales, zeros, *, group=128):
     """scale * q - zero: the zero point subtracted after scaling."""
     ones = np.zeros_like(np.asarray(zeros))
@@ -179,6 +185,8 @@ RTN_BUGS = {
                                                                                _mse_with(first=1))),
     "MSE search ties keep the later shrink": (Q, "MseSearch", patched(K.quantize, K, "mse_search",
                                                                       _mse_with(strict=False))),
+    "compressed-tensors' zero point added after rounding": (Q, "ZeroPointRounding", patched(
+        K.quantize, K, "codes", _zero_after_rounding)),
     "dequantize subtracts the zero point after scaling": (DQ, "ZeroPointRounding", _dequantize_scaled_zero),
 }
 

@@ -22,7 +22,9 @@ import numpy as np
 NAME = "numpy round-to-nearest codecs"
 VERSION = np.__version__
 
-SCHEMES = ["asymmetric", "symmetric", "symmetric_compressed_tensors", "symmetric_restricted"]
+SCHEMES = ["asymmetric", "asymmetric_compressed_tensors", "symmetric", "symmetric_compressed_tensors",
+           "symmetric_restricted"]
+CT_ASYM = "asymmetric_compressed_tensors"
 GROUPS = [128, 64, 32, 16, 1, -1]
 
 
@@ -81,8 +83,9 @@ def scale_zero(lo, hi, bits: int, scheme: str, floor: str):
     t = lo.dtype.type
     maxq = t(2**bits - 1)
     half = t(2 ** (bits - 1))
+    signed = None
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        if scheme in ("asymmetric", "symmetric"):
+        if scheme in ("asymmetric", "symmetric", CT_ASYM):
             scale = (hi - lo) / maxq
         else:
             amax = np.maximum(np.abs(lo), np.abs(hi))
@@ -90,14 +93,22 @@ def scale_zero(lo, hi, bits: int, scheme: str, floor: str):
                 scale = (amax / maxq) * t(2)  # doubling is exact: equal to 2 amax / maxq
             else:
                 scale = np.where(amax == 0, t(1), amax / (half - t(1)))
+        if scheme == CT_ASYM:  # compressed-tensors: qmin - lo / scale, clamped, rounded; NaN (0/0) -> 0
+            signed = -half - lo / scale
+            signed = np.where(np.isnan(signed), t(0), np.rint(np.minimum(np.maximum(signed, -half), half - 1)))
     if np.isinf(scale).any():
         raise ValueError("w: the weights' range overflows")
-    smallest = np.finfo(lo.dtype).tiny if floor == "tiny" else np.finfo(lo.dtype).eps
-    scale = np.where(scale < smallest, t(smallest), scale).astype(lo.dtype)
+    if floor == "zero_to_eps":
+        scale = np.where(scale == 0, t(np.finfo(lo.dtype).eps), scale).astype(lo.dtype)
+    else:
+        smallest = np.finfo(lo.dtype).tiny if floor == "tiny" else np.finfo(lo.dtype).eps
+        scale = np.where(scale < smallest, t(smallest), scale).astype(lo.dtype)
     if scheme == "asymmetric":
         with np.errstate(over="ignore"):
             zero = -np.rint(lo / scale)
         zero = np.minimum(np.maximum(zero, t(0)), maxq) + t(0)
+    elif scheme == CT_ASYM:
+        zero = signed + half
     elif scheme == "symmetric":
         zero = np.full_like(scale, (maxq + 1) / 2)
     else:
@@ -105,15 +116,20 @@ def scale_zero(lo, hi, bits: int, scheme: str, floor: str):
     return scale, zero.astype(lo.dtype)
 
 
-def codes(r, scale, zero, bits: int):
+def codes(r, scale, zero, bits: int, signed_zero: bool = False):
+    """Round, then add the zero point; compressed-tensors adds its signed zero point first."""
     t = r.dtype.type
-    with np.errstate(over="ignore"):
-        q = np.rint(r / scale[:, None]) + zero[:, None]
+    half = t(2 ** (bits - 1))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if signed_zero:
+            q = np.rint(r / scale[:, None] + (zero[:, None] - half)) + half
+        else:
+            q = np.rint(r / scale[:, None]) + zero[:, None]
     return np.minimum(np.maximum(q, t(0)), t(2**bits - 1)).astype(np.int64)
 
 
-def fake(r, scale, zero, bits: int):
-    return scale[:, None] * (codes(r, scale, zero, bits).astype(r.dtype) - zero[:, None])
+def fake(r, scale, zero, bits: int, signed_zero: bool = False):
+    return scale[:, None] * (codes(r, scale, zero, bits, signed_zero).astype(r.dtype) - zero[:, None])
 
 
 def mse_search(r, lo, hi, bits: int, scheme: str, floor: str):
@@ -123,8 +139,11 @@ def mse_search(r, lo, hi, bits: int, scheme: str, floor: str):
     t = r.dtype.type
     p = np.array([t(1 - i / 100) for i in range(80)], dtype=r.dtype)[:, None]  # [80, 1]
     s, z = scale_zero(p * lo[None, :], p * hi[None, :], bits, scheme, floor)  # [80, rows]
-    with np.errstate(over="ignore"):
-        q = np.rint(r[None] / s[..., None]) + z[..., None]  # [80, rows, g]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if scheme == CT_ASYM:
+            q = np.rint(r[None] / s[..., None] + (z[..., None] - t(2 ** (bits - 1)))) + t(2 ** (bits - 1))
+        else:
+            q = np.rint(r[None] / s[..., None]) + z[..., None]  # [80, rows, g]
     q = np.minimum(np.maximum(q, t(0)), t(2**bits - 1))
     back = s[..., None] * (q - z[..., None])
     err = np.sum(np.abs(back.astype(np.float64) - r[None]) ** 2.4, axis=-1)  # [80, rows]
@@ -146,7 +165,7 @@ def quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="include_z
     else:
         scale, zero = scale_zero(lo, hi, bits, scheme, scale_floor)
     head = w.shape[:-1] + (group_count(w, group),)
-    return codes(r, scale, zero, bits).reshape(w.shape), scale.reshape(head), zero.reshape(head)
+    return codes(r, scale, zero, bits, scheme == CT_ASYM).reshape(w.shape), scale.reshape(head), zero.reshape(head)
 
 
 def dequantize(codes, scales, zeros, *, group=128):
@@ -169,7 +188,7 @@ def dequantize(codes, scales, zeros, *, group=128):
 OPS = {"quant.rtn.quantize": quantize, "quant.rtn.dequantize": dequantize}
 VARIANTS = {
     "quant.rtn.quantize": {"bits": [2, 3, 4, 8], "group": GROUPS, "scheme": SCHEMES,
-                           "zero_range": ["include_zero", "minmax"], "scale_floor": ["tiny", "eps"],
+                           "zero_range": ["include_zero", "minmax"], "scale_floor": ["tiny", "eps", "zero_to_eps"],
                            "search": ["minmax", "mse"]},
     "quant.rtn.dequantize": {"group": GROUPS},
 }

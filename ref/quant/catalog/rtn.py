@@ -99,6 +99,8 @@ def _group_vectors(rng) -> list[VectorSpec]:
                          Case({"w": square}, {"group": 16})),
               VectorSpec("groups of 1: every weight its own scale (asymmetric: codes at the range ends)",
                          ("GroupAxis",), Case({"w": w[:1, :16]}, {"group": 1})),
+              VectorSpec("a single input column, per-channel", ("GroupAxis",),
+                         Case({"w": w[:, 5:6]}, {"group": -1})),
               VectorSpec("groups of 1, symmetric", ("GroupAxis", "SymmetricConvention"),
                          Case({"w": w[:1, :16]}, {"group": 1, "scheme": "symmetric"}))]
     return specs
@@ -117,6 +119,11 @@ def _edge_vectors() -> list[VectorSpec]:
                    Case({"w": halves[None, :]}, {"group": 32})),
         VectorSpec("weights on half steps, symmetric", ("RoundingTies",),
                    Case({"w": (steps * np.float32(2))[None, :]}, {"group": 16, "scheme": "symmetric"})),
+        VectorSpec("compressed-tensors: w / scale = 1/2 + 2^-24 plus the zero point 6 rounds to the tie 6.5 (6), "
+                   "rounding first gives 1 + 6", ("ZeroPointRounding",),
+                   Case({"w": np.concatenate([np.float32([-0.875, 0.0625, 2.0**-5 + 2.0**-28]),
+                                              np.zeros(29, np.float32)])[None, :]},
+                        {"group": 32, "scheme": "asymmetric_compressed_tensors"})),
         VectorSpec("all-positive groups: include_zero makes lo 0", ("IncludeZero", "ZeroPointRounding"),
                    Case({"w": np.stack([one_sided, -one_sided])}, {"group": 32})),
         VectorSpec("all-positive groups, minmax: the zero point clamps at 0 (AWQ)", ("IncludeZero",),
@@ -163,15 +170,23 @@ def _mse_vectors(rng) -> list[VectorSpec]:
     return specs
 
 
-def _inexact_span(rng) -> np.ndarray:
-    """Rows [8, 32] of non-negative multiples of 2^-24 with the maximum near 1/2 and
-    one odd multiple of 2^-30 below zero: hi - lo needs 30 bits, so float32 rounds
-    it, and the float32 scale differs from the float64 one rounded to float32 in some
-    rows."""
-    ints = rng.integers(0, 2**22, (8, 32)) * 64
-    ints[:, 0] = (2**23 + rng.integers(1, 2**20, 8)) * 64
-    ints[:, 1] = -(rng.integers(1, 64, 8) * 2 + 1)
-    return (ints * 2.0**-30).astype(np.float32)
+def _inexact_span() -> np.ndarray:
+    """Rows [4, 32] of non-negative multiples of 2^-24 with the maximum near 1/2 and
+    one odd multiple of 2^-30 below zero: hi - lo needs 30 bits, so float32 rounds it;
+    kept are the first four candidates whose float32 scale differs from the float64
+    one rounded to float32."""
+    rng = np.random.default_rng(seed_for("quant.rtn.quantize/inexact span"))
+    rows = []
+    while len(rows) < 4:
+        ints = rng.integers(0, 2**22, 32) * 64
+        ints[0] = (2**23 + rng.integers(1, 2**20)) * 64
+        ints[1] = -(rng.integers(1, 64) * 2 + 1)
+        w = (ints * 2.0**-30).astype(np.float32)
+        s32 = rtn.params(w, bits=4)[0]
+        s64 = rtn.params(w.astype(np.float64), bits=4)[0].astype(np.float32)
+        if s32 != s64:
+            rows.append(w)
+    return np.stack(rows)
 
 
 def _shape_vectors(rng) -> list[VectorSpec]:
@@ -184,7 +199,7 @@ def _shape_vectors(rng) -> list[VectorSpec]:
         VectorSpec("float32 weights of the same values: float32 arithmetic", ("ArithmeticDtype",),
                    Case({"w": (odd.astype(np.float64) * 3).astype(np.float32)[None, :]}, {"group": 32})),
         VectorSpec("float32 weights whose range is inexact in float32: float32 steps, not float64",
-                   ("ArithmeticDtype",), Case({"w": _inexact_span(rng)}, {"group": 32})),
+                   ("ArithmeticDtype",), Case({"w": _inexact_span()}, {"group": 32})),
         VectorSpec("float16 weights (widened to float32)", ("ArithmeticDtype",),
                    Case({"w": w[:2].astype(np.float16)}, {"group": 32})),
         VectorSpec("one row: 1-d weights", ("GroupAxis",), Case({"w": w[0]}, {"group": 32})),
@@ -240,6 +255,11 @@ def dequantize_vectors() -> list[VectorSpec]:
                         {"group": 32})),
         VectorSpec("no rows", ("EmptyInput",),
                    Case({"codes": codes[:0], "scales": scales[:0], "zeros": zeros[:0]}, {"group": 32})),
+        VectorSpec("one row: 1-d codes", ("GroupAxis",),
+                   Case({"codes": codes[0], "scales": scales[0], "zeros": zeros[0]}, {"group": 32})),
+        VectorSpec("a 3-d stack", ("GroupAxis",),
+                   Case({"codes": codes.reshape(2, 2, 64), "scales": scales.reshape(2, 2, 2),
+                         "zeros": zeros.reshape(2, 2, 2)}, {"group": 32})),
         VectorSpec("negative codes are rejected", ("InvalidInput",),
                    Case({**base, "codes": codes - 1}, {"group": 32}), "invalid"),
         VectorSpec("float codes are rejected", ("InvalidInput",),
