@@ -27,6 +27,7 @@ from corpus import (
     kernel_bugs,
     quant_awq,
     quant_hqq,
+    quant_lattice,
     quant_rtn,
     roofline_impls,
     specdec_rejection,
@@ -86,6 +87,8 @@ def _entries():
             lambda n=name: quant_rtn.bug(n), flag, [op])
     for name, (op, flag, _) in quant_hqq.HQQ_BUGS.items():
         out["HQQ_BUGS", name] = (lambda n=name: quant_hqq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
+        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
     return out
 
 
@@ -97,7 +100,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
               "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}, "quant_awq": {"AWQ_BUGS"},
-              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"}, "quant_hqq": {"HQQ_BUGS"}}
+              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"}, "quant_hqq": {"HQQ_BUGS"}, "quant_lattice": {"LATTICE_BUGS"}}
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).

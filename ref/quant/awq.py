@@ -1,6 +1,7 @@
 """AWQ, activation-aware weight quantization (Lin et al., arXiv:2306.00978), as the
 reference code (mit-han-lab/llm-awq auto_scale.py, auto_clip.py) and AutoAWQ 0.2.9
-(awq/quantize/quantizer.py) run it, in float64.
+(awq/quantize/quantizer.py) run it: in float64, but for the quantizer, whose float32
+arithmetic is part of its definition (as every library runs it; see search_clip).
 
 A few input channels carry most of the activation magnitude; scaling those weight
 columns up before quantization (and the activations down by the same factor)
@@ -95,6 +96,8 @@ def _group(group: int, cols: int) -> int:
 def _layer(x: ArrayLike, w: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """x [..., in] -> [n, in] and w [out, in], both float64, checked against each other."""
     w = _floats(w, "w", ndim=2)
+    if w.size and np.abs(w).max() > np.finfo(np.float32).max:
+        raise ValueError("w: weights beyond float32's range (the quantizer reads them as float32)")
     x = _floats(x, "x")
     if x.ndim < 1 or x.shape[-1] != w.shape[1]:
         raise ValueError(f"x: the last axis must be w's input dimension {w.shape[1]}, got shape {x.shape}")
@@ -112,9 +115,12 @@ def quantize(w: ArrayLike, *, bits: int = 4, group: int = 128):
     -> (codes [out, in] int64, scales [out, in/g] float32, zeros [out, in/g] float32),
     asymmetric over each group's own min and max."""
     bits = integer(bits, "bits", choices=BITS)
-    w = _floats(w, "w", ndim=2).astype(np.float32)
+    with np.errstate(over="ignore"):
+        w = _floats(w, "w", ndim=2).astype(np.float32)
     g = _group(group, w.shape[1])
     codes, scale, zero = _quantize(w.reshape(w.shape[0], w.shape[1] // g, g), bits)
+    if not (np.isfinite(w).all() and np.isfinite(scale).all()):
+        raise ValueError("w: a weight or a group's range max - min overflows float32")
     return codes.reshape(w.shape).astype(np.int64), scale, zero
 
 
@@ -122,7 +128,8 @@ def _quantize(wg: NDArray[np.float32], bits: int):
     """wg [..., g] float32 -> (codes [..., g], scale [...], zero [...]), all float32."""
     qmax = F32((1 << bits) - 1)
     hi, lo = wg.max(axis=-1), wg.min(axis=-1)
-    scale = np.maximum(hi - lo, RANGE_FLOOR) / qmax
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = np.maximum(hi - lo, RANGE_FLOOR) / qmax
     zero = np.clip(-np.rint(lo / scale), F32(0), qmax)
     codes = np.clip(np.rint(wg / scale[..., None]) + zero[..., None], F32(0), qmax)
     return codes, scale, zero

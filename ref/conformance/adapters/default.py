@@ -29,7 +29,8 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_awq`: AWQ's scale and clip searches in float32, as AutoAWQ runs them (float32
   sums, the loss as the float output minus the quantized one, clip rows in blocks);
 - `numpy_spec_trees`: token trees (masks, positions, SGLang's links), greedy tree
-  verification, multi-draft and target-only tree sampling, Medusa's typical acceptance.
+  verification, multi-draft and target-only tree sampling, Medusa's typical acceptance;
+- `numpy_lattice`: the E8 and D8 nearest points, row by row in exact fractions.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -45,6 +46,7 @@ from ref.conformance.adapters import (
     numpy_awq,
     numpy_blocks,
     numpy_groups,
+    numpy_lattice,
     numpy_paged,
     numpy_paged_attention,
     numpy_roofline,
@@ -59,12 +61,9 @@ from ref.conformance.adapters import (
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
-         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_awq)
+         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_awq)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
-NAME = (f"{ml_dtypes_casts.NAME} casts + {numpy_blocks.NAME} + {numpy_groups.NAME} + {numpy_sr_bits.NAME} + "
-        f"{numpy_attention.NAME} + {numpy_stochastic.NAME} + {numpy_roofline.NAME} + {numpy_paged.NAME} + "
-        f"{numpy_paged_attention.NAME} + {python_prefix_blocks.NAME} + {python_radix.NAME} + "
-        f"{numpy_specdec.NAME} + {numpy_specdec_rng.NAME} + {numpy_spec_trees.NAME} + {numpy_awq.NAME}")
+NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
 OPS = {name: kernel for part in PARTS for name, kernel in part.OPS.items()}
 VARIANTS = {pattern: axes for part in PARTS for pattern, axes in part.VARIANTS.items()}

@@ -27,9 +27,11 @@ def as_matrix(a, name: str, ndim: int | None = None) -> np.ndarray:
         raise TypeError(f"{name} must be float16, float32 or float64, got {a.dtype}")
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name} has shape {a.shape}, expected {ndim} dimensions")
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} has NaN or Inf")
-    return a.astype(F32)
+    with np.errstate(over="ignore"):
+        narrow = a.astype(F32)
+    if not np.all(np.isfinite(narrow)):
+        raise ValueError(f"{name} has NaN or Inf, or values beyond float32")
+    return narrow
 
 
 def check_w(w, bits, group):
@@ -92,7 +94,10 @@ def pseudo_quantize(w: np.ndarray, bits: int, g: int) -> np.ndarray:
 def quantize(w, *, bits=4, group=128, **steps):
     """w [out, in] -> (codes int64, scales float32 [out, in/g], zeros float32 [out, in/g])."""
     w, g = check_w(w, bits, group)
-    codes, scales, zeros = codes_of(w.astype(F32).reshape(-1, g), int(bits), **steps)
+    with np.errstate(over="ignore", invalid="ignore"):
+        codes, scales, zeros = codes_of(w.reshape(-1, g), int(bits), **steps)
+    if not np.all(np.isfinite(scales)):
+        raise ValueError("a group's range overflows float32")
     per_row = (w.shape[0], w.shape[1] // g)
     return codes.reshape(w.shape).astype(np.int64), scales.reshape(per_row), zeros.reshape(per_row)
 

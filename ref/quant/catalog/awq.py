@@ -228,6 +228,10 @@ def _quantize_vectors() -> list[VectorSpec]:
                    Case({"w": w[:, :96]}, {"group": 64}), "invalid"),
         VectorSpec("integer weights are rejected", (INVALID_INPUT,), Case({"w": np.ones((2, 32), np.int32)},
                                                                           {"group": 32}), "invalid"),
+        VectorSpec("float64 weights beyond float32's range are rejected", (INVALID_INPUT,),
+                   Case({"w": np.full((1, 32), 2.0**129)}, {"group": 32}), "invalid"),
+        VectorSpec("a group whose range overflows float32 is rejected", (INVALID_INPUT,),
+                   Case({"w": np.float32([3e38, -3e38] * 16)[None, :]}, {"group": 32}), "invalid"),
     ]
     return specs
 
@@ -239,7 +243,8 @@ def _quantize_examples(supported):
         rng = np.random.default_rng(draw(st.integers(0, 2**16), label="seed"))
         cin = 128 if params.get("group", 128) in (-1, 128) else 64
         scale = 2.0 ** draw(st.integers(-12, 2), label="scale exponent")
-        w = (rng.integers(-64, 64, (draw(st.integers(1, 6), label="rows"), cin)) * scale).astype(np.float32)
+        shift = draw(st.sampled_from([0, 0, 64, -96]), label="shift")  # nonzero: one-sided groups
+        w = ((rng.integers(-64, 64, (draw(st.integers(1, 6), label="rows"), cin)) + shift) * scale).astype(np.float32)
         return Case({"w": w}, params)
 
     return case()
@@ -276,12 +281,14 @@ def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int =
     a = a.astype(np.float64)
     with np.errstate(invalid="ignore"):
         rel = np.where(e == a, 0.0, np.abs(a - e) / np.abs(e))
-    bad = ~(rel <= rtol)
+    rel = np.where(np.isnan(rel), np.inf, rel)  # a NaN is infinitely far
+    bad = rel > rtol
+    worst = float(rel.max(initial=0))
     if not bad.any() or (bad.sum() <= flips and (rel[bad] <= flip_rtol).all()):
-        return Comparison(True, e.size, int(bad.sum()), float(rel.max(initial=0)), "relative", rtol, part=part)
+        return Comparison(True, e.size, 0, worst, "relative", rtol, part=part)
     i = tuple(int(k) for k in np.argwhere(bad)[0])
-    return Comparison(False, e.size, int(bad.sum()), float(np.nanmax(np.where(bad, rel, 0)) if np.isfinite(rel[bad]).all()
-                      else np.inf), "relative", rtol, first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
+    return Comparison(False, e.size, int(bad.sum()), worst, "relative", rtol,
+                      first=Mismatch(i, repr(float(e[i])), repr(float(a[i]))), part=part)
 
 
 def compare_search(expected, actual) -> Comparison:
