@@ -151,7 +151,8 @@ def test_every_valid_vector_is_conditioned():
 
 @pytest.mark.deep
 def test_the_default_kernel_passes_the_vectors():
-    """(In the default profile, tests/test_default_adapter.py runs it; each corpus bug is rejected by a vector carrying its flag: tests/test_runner_corpus_rule.py.)"""
+    """In the default profile tests/test_default_adapter.py runs it (and tests/test_runner_corpus_rule.py
+    rejects each corpus bug by a vector carrying its flag)."""
     impl = Implementation(numpy_hqq.NAME, numpy_hqq.OPS, variants=numpy_hqq.VARIANTS)
     report = run(impl, ops=OPS, examples=0)
     assert report.ok, [(f.where, f.flags) for r in report.ops for f in r.failures][:5]
@@ -223,5 +224,6 @@ def test_state_dict_round_trips(bits, axis):
     assert bytes(sd["packing"]).decode() == ("4bit_u8" if bits == 4 else "3bit_32") and sd["scale"].dtype == np.float16
     assert int(sd["round_zero"]) == (bits == 4) and sd["shape"].tolist() == [32, 64]
     codes, scale, zero = hqq.quantize(w, bits=bits, group=16, axis=axis, round_zero=bits == 4)
-    want = hqq.dequantize(codes, scale.astype(np.float16).astype(np.float32), zero.astype(np.float16).astype(np.float32))
+    half = [a.astype(np.float16).astype(np.float32) for a in (scale, zero)]
+    want = hqq.dequantize(codes, *half)
     assert np.array_equal(hqq.load_state_dict(sd), want.reshape(32, 64))

@@ -24,7 +24,9 @@ never applied) and beta * kappa^i in hqq 0.1.x to 0.2.6 ("kappa"). The oracle ru
 in float64; hqq runs float32 on CPU and float16 on CUDA. The bit packings hqq
 checkpoints store follow: rows split into 8 / b equal slices (3 bits: 10 slices in
 an int32 after padding the rows to a multiple of 10), slice k shifted into the
-k-th field from the top.
+k-th field from the top; `state_dict` writes a layer as hqq's HQQLinear stores it.
+`conditioning` says how far an input is from a decision float32 could take the other
+way (the catalog's vectors and examples are conditioned inputs).
 
 Reference: Badri and Shaji, "Half-Quadratic Quantization of Large Machine Learning
 Models" (Mobius Labs blog, 2023), code mobiusml/hqq (hqq/core/optimize.py,
@@ -42,7 +44,8 @@ from numpy.typing import ArrayLike, NDArray
 from ref.arguments import boolean, integer, member, real
 
 __all__ = ["BITS", "FIELDS", "LAYOUT_OF_BITS", "BetaSchedule", "Layout", "conditioning", "dequantize", "group_view",
-           "initial_params", "load_state_dict", "optimize_zero", "pack", "quantize", "shrink_lp", "state_dict", "unpack"]
+           "initial_params", "load_state_dict", "optimize_zero", "pack", "quantize", "shrink_lp", "state_dict",
+           "unpack"]
 
 BITS = (1, 2, 3, 4, 5, 6, 8)
 SCALE_MAX = 2e4  # the inverse scale's clamp ("half-precision problems")

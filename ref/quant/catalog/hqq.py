@@ -64,7 +64,8 @@ FLAGS = {
     "HqqPad3": Flag("3bit_32 rows not padded to a multiple of 10 (rejected or cut), or the padding read back as "
                     "codes in another order", "3-bit checkpoints of rows not divisible by 10 misload"),
     "HqqWeightShape": Flag("only 2-d float32 weights accepted, or a 1-d / 3-d / float16 / float64 weight "
-                           "grouped another way", "vectors, stacks and half-precision weights are refused or regrouped"),
+                           "grouped another way",
+                           "vectors, stacks and half-precision weights are refused or regrouped"),
 }
 
 BITS = Variant("bits", hqq.BITS, 4, "code width: 8, 6, 5 stored as 8bit_u8; 4, 3, 2, 1 packed (hqq "
@@ -254,7 +255,11 @@ def dequantize_vectors() -> list[VectorSpec]:
          VectorSpec("float64 scales are rejected", (INVALID_INPUT,),
                     Case({"codes": codes, "scale": col.astype(np.float64), "zero": zcol}), "invalid"),
          VectorSpec("a scale of the wrong shape is rejected", (INVALID_INPUT,),
-                    Case({"codes": codes, "scale": row[:8], "zero": zrow[:8]}), "invalid")]
+                    Case({"codes": codes, "scale": row[:8], "zero": zrow[:8]}), "invalid"),
+         VectorSpec("1-d codes are rejected", (INVALID_INPUT, "HqqWeightShape"),
+                    Case({"codes": codes[0], "scale": col[0], "zero": zcol[0]}), "invalid"),
+         VectorSpec("int32 codes are rejected", (INVALID_INPUT,),
+                    Case({"codes": codes.astype(np.int32), "scale": col, "zero": zcol}), "invalid")]
     return v
 
 
@@ -288,6 +293,8 @@ def pack_vectors() -> list[VectorSpec]:
                                   Case({"codes": np.zeros((k + 1, 2), np.uint8)}, {"layout": layout}), "invalid"))
     out.append(VectorSpec("int32 codes are rejected", (INVALID_INPUT,),
                           Case({"codes": np.zeros((4, 2), np.int32)}, {"layout": "4bit_u8"}), "invalid"))
+    out.append(VectorSpec("1-d codes are rejected (hqq packs [rows, columns])", (INVALID_INPUT, "HqqWeightShape"),
+                          Case({"codes": np.zeros(8, np.uint8)}, {"layout": "4bit_u8"}), "invalid"))
     return out
 
 
@@ -302,6 +309,8 @@ def unpack_vectors() -> list[VectorSpec]:
                           Case({"packed": np.array([[-1, -2 ** 31, 2 ** 30]], np.int32)}, {"layout": "3bit_32"})))
     out.append(VectorSpec("4bit_u8 words given as int32 are rejected", (INVALID_INPUT,),
                           Case({"packed": np.zeros((2, 2), np.int32)}, {"layout": "4bit_u8"}), "invalid"))
+    out.append(VectorSpec("1-d words are rejected", (INVALID_INPUT, "HqqWeightShape"),
+                          Case({"packed": np.zeros(4, np.int32)}, {"layout": "3bit_32"}), "invalid"))
     return out
 
 
@@ -362,7 +371,8 @@ def _dequantize_examples(supported):
 
 OPERATIONS = [
     AREA.exact("hqq.quantize", hqq.quantize, anchor="hqq", summary="w -> (codes, scale = 1/s, zero): min-max then "
-               "the half-quadratic zero-point solver", variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
+               "the half-quadratic zero-point solver",
+               variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
                vectors=quantize_vectors, examples=_quantize_examples, compare=compare_quantized,
                outputs=("codes", "scale", "zero")),
     AREA.exact("hqq.dequantize", hqq.dequantize, anchor="hqq-layout", summary="float32 (codes - zero) * scale",
