@@ -301,3 +301,32 @@ def test_llmcompressor_falls_back_to_rtn_on_a_hessian_that_is_not_positive_defin
     assert fallback
     codes = rtn.quantize(w, scale.numpy()[:, 0], zero_point.numpy()[:, 0] + 8, bits=4)
     np.testing.assert_array_equal(q.numpy(), rtn.dequantize(codes, scale.numpy()[:, 0], zero_point.numpy()[:, 0] + 8))
+
+
+def test_llmcompressor_observer_sees_dead_columns():
+    """llm-compressor's observer finds static group parameters before quantize_weight zeroes
+    the dead columns (H_ii = 0), so a dead column's weights still set its group's range; the
+    oracle's static groups (and the reference's static_groups, GPTQModel's) are found after.
+    Minimal case: input channel 27 never active, its weights 0.2 in a group of small weights."""
+    _engine("llmcompressor.modifiers.gptq.gptq_quantize")
+    from ref.conformance.adapters import llmcompressor_gptq
+    from ref.quant import gptq as gptq_oracle
+
+    rng = np.random.default_rng(5)
+    w = (rng.integers(-40, 40, (8, 64)) / 1024).astype(np.float32)
+    w[:, 27] = 0.2
+    x = rng.standard_normal((128, 64))
+    x[:, 27] = 0.0
+    h = gptq_oracle.hessian(x).astype(np.float32).astype(np.float64)
+    kw = dict(bits=3, group=8, group_params="static", blocksize=64)
+    _, scales, _, _, _ = gptq_oracle.gptq(w, h, **kw)
+    _, engine_scales, _, _, _ = llmcompressor_gptq.gptq(w, h, **kw)
+    wg = w.reshape(8, 8, 8)
+    np.testing.assert_array_equal(engine_scales[:, 3], rtn.params(wg[:, 3], bits=3, scheme="asymmetric",
+                                                                  scale_floor="eps")[0])
+    w0 = wg.copy()
+    w0[:, 3, 3] = 0.0  # column 27 zeroed: the oracle's group
+    np.testing.assert_array_equal(scales[:, 3], rtn.params(w0[:, 3], bits=3, scheme="asymmetric")[0])
+    mask = np.ones(8, bool)
+    mask[3] = False
+    np.testing.assert_allclose(engine_scales[:, mask], scales[:, mask], rtol=1e-6)

@@ -191,5 +191,6 @@ OPS = {OP: gptq, "quant.pack.gptq_qweight": gptq_qweight, "quant.pack.gptq_qzero
        "quant.pack.gptq_repair_v1": gptq_repair_v1}
 # every group_params value is declared: for group -1 they are one algorithm; for groups
 # GPTQModel raises NotImplementedError (a skip) for "dynamic"
-VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric"], "search": ["minmax", "mse"],
+VARIANTS = {OP: {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 8], "blocksize": [128, 64, 32, 16, 8, 1],
+                 "scheme": ["asymmetric", "symmetric"], "search": ["minmax", "mse"],
                  "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]}}

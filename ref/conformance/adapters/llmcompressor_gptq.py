@@ -123,5 +123,6 @@ def gptq(w, hessian, *, bits=4, group=-1, scheme="asymmetric", search="minmax", 
 OPS = {OP: gptq}
 # every group_params value is declared: for group -1 they are one algorithm; for groups
 # llm-compressor raises NotImplementedError (a skip) for any but "static"
-VARIANTS = {OP: {"bits": [2, 3, 4, 8], "scheme": ["asymmetric", "symmetric_compressed_tensors"],
+VARIANTS = {OP: {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 8], "blocksize": [128, 64, 32, 16, 8, 1],
+                 "scheme": ["asymmetric", "symmetric_compressed_tensors"],
                  "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]}}
