@@ -10,12 +10,15 @@ implementation of its int32 packing and of round-to-nearest group quantization.
                            weight_zero_point are: llm-compressor's weight observer
                            ("memoryless_minmax": the min and max of each group) through
                            compressed-tensors' calculate_qparams (the range forced to
-                           include zero; a zero scale replaced by the dtype's epsilon),
-                           then quantization.lifecycle.forward.quantize. Its codes and
-                           zero points are signed (-2^(b-1) .. 2^(b-1) - 1): returned
-                           offset by 2^(b-1), the oracle's unsigned ones. Its symmetric
-                           scheme is "symmetric_compressed_tensors" (scale 2 amax / (2^b - 1),
-                           zero point 0); strategy "channel" for group -1, "group" otherwise.
+                           include zero; only a scale of exactly 0 replaced by the dtype's
+                           epsilon: scale_floor "zero_to_eps"), then
+                           quantization.lifecycle.forward.quantize. Its codes and zero
+                           points are signed (-2^(b-1) .. 2^(b-1) - 1): returned offset by
+                           2^(b-1), the oracle's unsigned ones. Its schemes are
+                           "asymmetric_compressed_tensors" (the zero point from the scale
+                           before its floor, added before rounding) and
+                           "symmetric_compressed_tensors" (scale 2 amax / (2^b - 1), zero
+                           point 0); strategy "channel" for group -1, "group" otherwise.
 
 Run (spec/quant.md, "Engines"):
   python -m ref conform --impl ref.conformance.adapters.compressed_tensors_pack \
@@ -59,9 +62,9 @@ def ct_unpack(packed, *, bits=4, count, packed_dim=1, layout="dense"):
 
 def rtn_quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="include_zero", scale_floor="eps",
                  search="minmax"):
-    if scheme not in ("asymmetric", "symmetric_compressed_tensors") or zero_range != "include_zero" \
-            or scale_floor != "eps" or search != "minmax":
-        raise NotImplementedError("compressed-tensors: min-max including zero, asymmetric or its symmetric, eps floor")
+    if scheme not in ("asymmetric_compressed_tensors", "symmetric_compressed_tensors") \
+            or zero_range != "include_zero" or scale_floor not in FLOORS or search != "minmax":
+        raise NotImplementedError("compressed-tensors: min-max including zero, its asymmetric and symmetric schemes")
     from llmcompressor.observers import Observer  # the weight observer GPTQModifier and QuantizationModifier use
 
     wt = _tensor(w)
@@ -69,7 +72,7 @@ def rtn_quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="inclu
         wt = wt.to(torch.float32)
     shape = wt.shape
     w2 = wt.reshape(-1, shape[-1]) if wt.ndim != 2 else wt
-    args = QuantizationArgs(num_bits=int(bits), type="int", symmetric=scheme != "asymmetric",
+    args = QuantizationArgs(num_bits=int(bits), type="int", symmetric=scheme == "symmetric_compressed_tensors",
                             strategy="channel" if group == -1 else "group",
                             group_size=None if group == -1 else int(group))
     observer = Observer.load_from_registry("memoryless_minmax", base_name="weight", args=args)
@@ -84,8 +87,9 @@ def rtn_quantize(w, *, bits=4, group=128, scheme="asymmetric", zero_range="inclu
             (zero_point.to(scale.dtype) + half).reshape(*shape[:-1], groups).numpy())
 
 
+FLOORS = ("zero_to_eps",)  # only a scale of exactly 0 becomes the epsilon (calculate_qparams step 5)
 OPS = {"quant.pack.ct_pack": ct_pack, "quant.pack.ct_unpack": ct_unpack, "quant.rtn.quantize": rtn_quantize}
 VARIANTS = {"quant.pack.ct_*": {"bits": [1, 2, 3, 4, 5, 6, 7, 8], "packed_dim": [1, 0], "layout": ["dense"]},
             "quant.rtn.quantize": {"bits": [2, 3, 4, 8], "group": [128, 64, 32, 16, 1, -1],
-                                   "scheme": ["asymmetric", "symmetric_compressed_tensors"],
-                                   "scale_floor": ["eps"]}}
+                                   "scheme": ["asymmetric_compressed_tensors", "symmetric_compressed_tensors"],
+                                   "scale_floor": list(FLOORS)}}

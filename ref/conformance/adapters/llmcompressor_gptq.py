@@ -9,7 +9,7 @@ scale, zero_point, None, args, blocksize, percdamp) with the Hessian given (the 
 contract: GPTQModifier accumulates 2 X^T X and divides by the count, the oracle's
 convention). Its arguments:
 
-  QuantizationArgs(num_bits=bits, type="int", symmetric=scheme != "asymmetric",
+  QuantizationArgs(num_bits=bits, type="int", symmetric=(scheme == "symmetric_compressed_tensors"),
                    strategy="channel" (group -1) | "group", group_size=group,
                    actorder="weight" (act_order) | None)
 
@@ -17,8 +17,11 @@ So llm-compressor's groups are always static (group_params "static": "weight"
 act-order, its default "static", visits columns by descending diag H but keeps each
 column's original group), its symmetric scheme is compressed-tensors' (scale
 2 amax / (2^b - 1), signed codes: "symmetric_compressed_tensors"), and its
-asymmetric zero points are signed (-2^(b-1) .. 2^(b-1) - 1): the codes and zero points
-returned here are offset by 2^(b-1) to the oracle's unsigned ones. quantize_weight
+asymmetric scheme is compressed-tensors' ("asymmetric_compressed_tensors": the zero
+point from the scale before its floor, added before rounding), run for "asymmetric"
+too (the two differ only where a float32 sum lands on a rounding tie, or a group's
+range is 0 or subnormal); its zero points are signed (-2^(b-1) .. 2^(b-1) - 1): the
+codes and zero points returned here are offset by 2^(b-1) to the oracle's unsigned ones. quantize_weight
 returns the dequantized weights; the codes are round(Q / scale) + zero point, exact
 because Q is (code - zero) * scale in float32. Its per-row losses are summed before
 they are returned: the adapter reads the per-row tensor quantize_weight accumulates
@@ -69,9 +72,9 @@ class _Recording(types.ModuleType):
 
 
 def _args(bits, group, scheme, act_order) -> QuantizationArgs:
-    if scheme not in ("asymmetric", "symmetric_compressed_tensors"):
-        raise NotImplementedError("llm-compressor's schemes: asymmetric and compressed-tensors' symmetric")
-    return QuantizationArgs(num_bits=int(bits), type="int", symmetric=scheme != "asymmetric",
+    if scheme not in ("asymmetric", "asymmetric_compressed_tensors", "symmetric_compressed_tensors"):
+        raise NotImplementedError("llm-compressor's schemes: compressed-tensors' asymmetric and symmetric")
+    return QuantizationArgs(num_bits=int(bits), type="int", symmetric=scheme == "symmetric_compressed_tensors",
                             strategy="channel" if group == -1 else "group",
                             group_size=None if group == -1 else int(group),
                             actorder="weight" if act_order else None)
@@ -124,5 +127,5 @@ OPS = {OP: gptq}
 # every group_params value is declared: for group -1 they are one algorithm; for groups
 # llm-compressor raises NotImplementedError (a skip) for any but "static"
 VARIANTS = {OP: {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 8], "blocksize": [128, 64, 32, 16, 8, 1],
-                 "scheme": ["asymmetric", "symmetric_compressed_tensors"],
+                 "scheme": ["asymmetric", "asymmetric_compressed_tensors", "symmetric_compressed_tensors"],
                  "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]}}
