@@ -193,4 +193,7 @@ OPS = {OP: gptq, "quant.pack.gptq_qweight": gptq_qweight, "quant.pack.gptq_qzero
 # GPTQModel raises NotImplementedError (a skip) for "dynamic"
 VARIANTS = {OP: {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 8], "blocksize": [128, 64, 32, 16, 8, 1],
                  "scheme": ["asymmetric", "symmetric"], "search": ["minmax", "mse"],
-                 "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]}}
+                 "act_order": [False, True], "group_params": ["dynamic", "static", "block_start"]},
+            "quant.pack.gptq_qweight": {"bits": [2, 3, 4, 8]},
+            "quant.pack.gptq_qzeros": {"bits": [2, 3, 4, 8], "zero_format": ["v1", "v2"]},
+            "quant.pack.gptq_repair_v1": {"bits": [2, 3, 4, 8]}}
