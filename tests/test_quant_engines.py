@@ -224,8 +224,9 @@ def _same_gptq(expected, actual, *, diverged_rows: int = 1):
     np.testing.assert_allclose(a_losses[~bad], losses[~bad], rtol=1e-4)
 
 
-SETTINGS = [dict(group=-1), dict(group=16, group_params="static"), dict(group=16, group_params="static", act_order=True),
-            dict(group=32, group_params="static", bits=3), dict(group=-1, act_order=True, bits=8)]
+SETTINGS = [dict(group=-1), dict(group=16, group_params="static"),
+            dict(group=16, group_params="static", act_order=True), dict(group=32, group_params="static", bits=3),
+            dict(group=-1, act_order=True, bits=8)]
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))

@@ -40,24 +40,18 @@ Run (spec/quant.md, "Engines"):
 
 from __future__ import annotations
 
-import os
 import tempfile
 import types
 from importlib.metadata import version
 
 import numpy as np
 import torch
+from gptqmodel.nn_modules.qlinear.torch import TorchLinear
+from gptqmodel.quantization import gptq as gptq_module
+from gptqmodel.quantization.config import QuantizeConfig
+from gptqmodel.utils.model import convert_gptq_v1_to_v2_format_module, convert_gptq_v2_to_v1_format_module
 
 from ref.conformance.adapters import as_native
-
-os.environ.setdefault("GPTQMODEL_SKIP_BANNER", "1")
-from gptqmodel.nn_modules.qlinear.torch import TorchLinear  # noqa: E402
-from gptqmodel.quantization import gptq as gptq_module  # noqa: E402
-from gptqmodel.quantization.config import QuantizeConfig  # noqa: E402
-from gptqmodel.utils.model import (  # noqa: E402
-    convert_gptq_v1_to_v2_format_module,
-    convert_gptq_v2_to_v1_format_module,
-)
 
 NAME = "GPTQModel GPTQ (eager, CPU)"
 VERSION = f"gptqmodel {version('gptqmodel')}, torch {torch.__version__}"
@@ -103,7 +97,8 @@ def run(w, hessian, cfg: QuantizeConfig, blocksize=128):
     wt = torch.from_numpy(as_native(np.asarray(w))).to(torch.float32)
     ht = torch.from_numpy(as_native(np.asarray(hessian))).to(torch.float32)
     if wt.ndim != 2 or ht.shape != (wt.shape[1], wt.shape[1]):
-        raise ValueError(f"w, hessian: expected [rows, cols] and [cols, cols], got {tuple(wt.shape)}, {tuple(ht.shape)}")
+        raise ValueError(f"w, hessian: expected [rows, cols] and [cols, cols], "
+                         f"got {tuple(wt.shape)}, {tuple(ht.shape)}")
     linear = torch.nn.Linear(wt.shape[1], wt.shape[0], bias=False)
     linear.weight.data = wt.clone()
     g = gptq_module.GPTQ(linear, cfg)

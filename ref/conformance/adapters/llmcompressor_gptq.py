@@ -87,7 +87,8 @@ def run(w, hessian, *, bits=4, group=-1, scheme="asymmetric", percdamp=0.01, blo
     wt = torch.from_numpy(as_native(np.asarray(w))).to(torch.float32)
     ht = torch.from_numpy(as_native(np.asarray(hessian))).to(torch.float32)
     if wt.ndim != 2 or ht.shape != (wt.shape[1], wt.shape[1]):
-        raise ValueError(f"w, hessian: expected [rows, cols] and [cols, cols], got {tuple(wt.shape)}, {tuple(ht.shape)}")
+        raise ValueError(f"w, hessian: expected [rows, cols] and [cols, cols], "
+                         f"got {tuple(wt.shape)}, {tuple(ht.shape)}")
     observer = Observer.load_from_registry("memoryless_minmax", base_name="weight", args=args)
     observer(wt)
     qp = observer.get_qparams()
