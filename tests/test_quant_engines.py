@@ -331,3 +331,44 @@ def test_llmcompressor_observer_sees_dead_columns():
     mask = np.ones(8, bool)
     mask[3] = False
     np.testing.assert_allclose(engine_scales[:, mask], scales[:, mask], rtol=1e-6)
+
+
+# ------------------------------------------------------------------ the packed layouts
+
+
+def test_gptqmodel_packs_the_oracles_words_and_borrows_in_v1():
+    """TorchLinear.pack_original: qweight and v2 qzeros are the oracle's words (3-bit
+    straddles included); its v1 writer subtracts 0x55555555 from whole words, so sixteen
+    2-bit zero points of 0 give 0xaaaaaaab where the per-field v1 of the oracle is 0xffffffff."""
+    _engine("gptqmodel.nn_modules.qlinear.torch")
+    from ref.conformance.adapters import gptqmodel_gptq
+    from ref.quant import packing
+
+    rng = np.random.default_rng(7)
+    for bits in (2, 3, 4, 8):
+        codes = rng.integers(0, 1 << bits, (32, 64))
+        zeros = rng.integers(1, 1 << bits, (32, 2))  # no zero point of 0: v1 is then one layout
+        np.testing.assert_array_equal(gptqmodel_gptq.gptq_qweight(codes, bits=bits),
+                                      packing.gptq_qweight(codes, bits=bits))
+        for fmt in ("v1", "v2"):
+            np.testing.assert_array_equal(gptqmodel_gptq.gptq_qzeros(zeros, bits=bits, zero_format=fmt),
+                                          packing.gptq_qzeros(zeros, bits=bits, zero_format=fmt))
+    zero = np.zeros((16, 1), np.int64)
+    assert packing.gptq_qzeros(zero, bits=2, zero_format="v1").view(np.uint32)[0, 0] == 0xFFFFFFFF
+    assert gptqmodel_gptq.gptq_qzeros(zero, bits=2, zero_format="v1").view(np.uint32)[0, 0] == 0xAAAAAAAB
+
+
+def test_autoawq_packs_the_oracles_words_from_32_outputs_on():
+    """WQLinear_GEMM.from_linear packs in AWQ's order (0 2 4 6 1 3 5 7) = ref.quant.packing.awq_pack
+    for 32 and 64 outputs; it allocates out // 32 * 4 columns, so 8 outputs do not pack."""
+    _engine("awq.modules.linear.gemm")
+    from ref.conformance.adapters import autoawq_awq
+    from ref.quant import packing
+
+    rng = np.random.default_rng(8)
+    for out in (32, 64):
+        codes = rng.integers(0, 16, (out, 8))
+        np.testing.assert_array_equal(autoawq_awq.awq_pack(codes), packing.awq_pack(codes))
+        np.testing.assert_array_equal(autoawq_awq.awq_unpack(packing.awq_pack(codes)), codes)
+    with pytest.raises(IndexError):
+        autoawq_awq.awq_pack(np.repeat(np.arange(8)[:, None], 2, axis=1))
