@@ -26,6 +26,8 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     quant_awq,
+    quant_gptq,
+    quant_hadamard,
     quant_hqq,
     quant_lattice,
     quant_rtn,
@@ -82,13 +84,17 @@ def _entries():
         out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
     for name, (op, flag, _) in quant_awq.AWQ_BUGS.items():
         out["AWQ_BUGS", name] = (lambda n=name: quant_awq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
+        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_hqq.HQQ_BUGS.items():
+        out["HQQ_BUGS", name] = (lambda n=name: quant_hqq.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_hadamard.HADAMARD_BUGS.items():
+        out["HADAMARD_BUGS", name] = (lambda n=name: quant_hadamard.bug(n), flag, [op])
     for name, (op, flag, _) in {**quant_rtn.RTN_BUGS, **quant_rtn.PACK_BUGS}.items():
         out["RTN_BUGS" if name in quant_rtn.RTN_BUGS else "PACK_BUGS", name] = (
             lambda n=name: quant_rtn.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_hqq.HQQ_BUGS.items():
-        out["HQQ_BUGS", name] = (lambda n=name: quant_hqq.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
-        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
+    for name, (op, flag, _) in quant_gptq.GPTQ_BUGS.items():
+        out["GPTQ_BUGS", name] = (lambda n=name: quant_gptq.bug(n), flag, [op])
     return out
 
 
@@ -99,8 +105,14 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "cache_paged_attention": {"PAGED_ATTENTION_BUGS"},
               "cache_hashed": {"HASHED_BUGS"}, "cache_paged": {"PAGED_BUGS"},
               "cache_radix": {"RADIX_BUGS"}, "specdec_stochastic": {"SPECDEC_RNG_BUGS"},
-              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"}, "quant_awq": {"AWQ_BUGS"},
-              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"}, "quant_hqq": {"HQQ_BUGS"}, "quant_lattice": {"LATTICE_BUGS"}}
+              "specdec_trees": {"TREE_BUGS"}, "specdec_rejection": {"REJECTION_BUGS"},
+              "quant_lattice": {"LATTICE_BUGS"},
+              "quant_hqq": {"HQQ_BUGS"},
+              "quant_hadamard": {"HADAMARD_BUGS"},
+              "quant_awq": {"AWQ_BUGS"},
+              "quant_rtn": {"RTN_BUGS", "PACK_BUGS"},
+              "quant_gptq": {"GPTQ_BUGS"},
+              }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
 # Entries that random examples catch but no vector carrying their flag does (yet).
@@ -124,6 +136,8 @@ def _params():
         marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
         if key[0] in ("RTN_BUGS", "PACK_BUGS") and key[1] not in quant_rtn.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # about 0.5 s each: the issue's own entries stay in the default profile
+        if key[0] == "GPTQ_BUGS":
+            marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
 
 

@@ -49,7 +49,6 @@ import enum
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import linalg
 
 from ref.arguments import boolean, integer, member, real
 from ref.quant import rtn
@@ -63,6 +62,7 @@ F64 = np.float64
 class GroupParams(enum.Enum):
     DYNAMIC = "dynamic"  # at each group's first column, from the updated weights (reference default)
     STATIC = "static"  # from the weights before GPTQ, original column order (static_groups)
+    STATIC_PERMUTED = "static_permuted"  # before GPTQ, groups of visited columns (llm-compressor actorder=group)
     BLOCK_START = "block_start"  # the reference code: from the weights as the lazy block found them
 
 
@@ -95,12 +95,15 @@ def dampen(h: NDArray, percdamp: float) -> NDArray:
 
 
 def inverse_cholesky(h: NDArray) -> NDArray:
-    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite)."""
+    """U upper triangular with H^-1 = U^T U (ValueError if H is not positive definite):
+    H = L L^T, H^-1 = L^-T L^-1 (the reference's cholesky_inverse), then its upper
+    Cholesky factor."""
     try:
-        lower = linalg.cholesky(h, lower=True)  # H = L L^T
-        hinv = linalg.cho_solve((lower, True), np.eye(h.shape[0]))  # H^-1
-        return linalg.cholesky((hinv + hinv.T) / 2, lower=False)  # H^-1 = U^T U
-    except linalg.LinAlgError as e:
+        lower = np.linalg.cholesky(h)  # H = L L^T
+        linv = np.tril(np.linalg.inv(lower))  # L^-1, lower triangular
+        hinv = linv.T @ linv  # H^-1, symmetric by construction
+        return np.linalg.cholesky(hinv).T  # H^-1 = U^T U
+    except np.linalg.LinAlgError as e:
         raise ValueError(f"hessian: not positive definite after dampening ({e})") from None
 
 
@@ -166,8 +169,11 @@ def gptq(w: ArrayLike, hessian: ArrayLike, *, bits: int = 4, group: int = -1,
     if group_params is GroupParams.STATIC and group != -1:
         scales[:], zeros[:] = _params(w.reshape(rows, ngroups, g), quant)
     perm = order(h, act_order)  # [cols]: permuted column j is original column perm[j]
-    dynamic = group != -1 and group_params is not GroupParams.STATIC
-    g_idx = (np.argsort(perm) if dynamic else np.arange(cols)) // g  # [cols], original order
+    if group_params is GroupParams.STATIC_PERMUTED and group != -1:
+        scales[:], zeros[:] = _params(w[:, perm].reshape(rows, ngroups, g), quant)
+    dynamic = group != -1 and group_params not in (GroupParams.STATIC, GroupParams.STATIC_PERMUTED)
+    visited_groups = group != -1 and group_params is not GroupParams.STATIC
+    g_idx = (np.argsort(perm) if visited_groups else np.arange(cols)) // g  # [cols], original order
     col_group = g_idx[perm]  # [cols]: the group of permuted column j
     w, h = w[:, perm], h[np.ix_(perm, perm)]
     u = inverse_cholesky(dampen(h, percdamp))  # [cols, cols] upper
@@ -184,7 +190,7 @@ def gptq(w: ArrayLike, hessian: ArrayLike, *, bits: int = 4, group: int = -1,
                     _current(w, w1, err1, u, i1, i2, j, j + g)  # [rows, g]
                 scales[:, j // g], zeros[:, j // g] = _params(current, quant)
             k = col_group[j]
-            codes[:, j], q = _round(w1[:, i], scales[:, k], zeros[:, k], bits)  # [rows] each
+            codes[:, j], q = _round(w1[:, i], scales[:, k], zeros[:, k], bits, scheme)  # [rows] each
             d = u[j, j]
             err1[:, i] = (w1[:, i] - q) / d
             losses += (w1[:, i] - q) ** 2 / d**2 / 2
@@ -202,10 +208,13 @@ def _params(w: NDArray, quant: dict) -> tuple[NDArray, NDArray]:
     return find(w.astype(np.float32), **quant)
 
 
-def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int) -> tuple[NDArray, NDArray]:
+def _round(w: NDArray, scale: NDArray, zero: NDArray, bits: int, scheme: rtn.Scheme) -> tuple[NDArray, NDArray]:
     """(codes, dequantized weights in float64) of one column w [rows]: the float32 RTN
-    codec applied to the current weights rounded to float32."""
-    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits)  # [rows, 1]
+    codec applied to the current weights rounded to float32 (compressed-tensors'
+    asymmetric scheme adds its zero point before rounding, as llm-compressor does)."""
+    before = scheme is rtn.Scheme.ASYMMETRIC_COMPRESSED_TENSORS
+    codes = rtn.quantize(w.astype(np.float32)[:, None], scale[:, None], zero[:, None], bits=bits,
+                         zero_before_rounding=before)  # [rows, 1]
     return codes[:, 0], rtn.dequantize(codes, scale[:, None], zero[:, None])[:, 0].astype(F64)
 
 

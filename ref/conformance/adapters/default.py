@@ -30,7 +30,13 @@ covers every op of the catalog, with code that is not the oracle:
   sums, the loss as the float output minus the quantized one, clip rows in blocks);
 - `numpy_spec_trees`: token trees (masks, positions, SGLang's links), greedy tree
   verification, multi-draft and target-only tree sampling, Medusa's typical acceptance;
-- `numpy_lattice`: the E8 and D8 nearest points, row by row in exact fractions.
+- `numpy_lattice`: the E8 and D8 nearest points, row by row in exact fractions;
+- `numpy_hqq`: HQQ's zero-point solver in float32 with groups as rows, and hqq's bit
+  packings by field loops;
+- `numpy_hadamard`: randomized Hadamard transforms as one dense float32 product with
+  the small matrices built by its own code;
+- `numpy_gptq`: GPTQ in float32 in the paper's unblocked form (one rank-1 update of
+  every later column per column), judged by the agreement rule.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -45,7 +51,10 @@ from ref.conformance.adapters import (
     numpy_attention,
     numpy_awq,
     numpy_blocks,
+    numpy_gptq,
     numpy_groups,
+    numpy_hadamard,
+    numpy_hqq,
     numpy_lattice,
     numpy_paged,
     numpy_paged_attention,
@@ -61,7 +70,8 @@ from ref.conformance.adapters import (
 
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
-         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_awq)
+         numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq,
+         numpy_hadamard, numpy_awq, numpy_gptq)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"

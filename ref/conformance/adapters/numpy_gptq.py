@@ -31,7 +31,7 @@ def adjusted_range(w: np.ndarray, scheme: str) -> tuple[np.ndarray, np.ndarray]:
     if scheme == "symmetric":
         hi = np.maximum(-lo, hi)
         lo = np.where(lo < 0, -hi, lo)
-    if scheme in ("asymmetric", "symmetric"):
+    if scheme in ("asymmetric", "symmetric"):  # not compressed-tensors' schemes
         flat = (lo == 0) & (hi == 0)
         lo, hi = np.where(flat, F(-1), lo), np.where(flat, F(1), hi)
     return lo.astype(F), hi.astype(F)
@@ -42,6 +42,12 @@ def range_params(lo: np.ndarray, hi: np.ndarray, bits: int, scheme: str) -> tupl
     maxq = F((1 << bits) - 1)
     half = F(1 << (bits - 1))
     amax = np.maximum(-lo, hi)
+    if scheme == "asymmetric_compressed_tensors":  # the signed zero point from the raw scale, 0 / 0 -> 0
+        raw = ((hi - lo) / maxq).astype(F)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            signed = np.clip((-half - (lo / raw).astype(F)).astype(F), -half, half - F(1))
+        zero = np.rint(np.where(np.isnan(signed), F(0), signed)) + half
+        return np.maximum(raw, np.finfo(F).tiny).astype(F), zero.astype(F)
     if scheme in ("asymmetric", "symmetric"):
         scale = ((hi - lo) / maxq).astype(F)
     elif scheme == "symmetric_compressed_tensors":
@@ -65,16 +71,23 @@ def minmax_params(w: np.ndarray, bits: int, scheme: str, search: str = "minmax")
     for i in range(80):
         p = F(1 - i / 100)
         s1, z1 = range_params((p * lo).astype(F), (p * hi).astype(F), bits, scheme)
-        _, fake = round_column(w, s1[:, None], z1[:, None], bits)
+        _, fake = round_column(w, s1[:, None], z1[:, None], bits, scheme)
         err = (np.abs(fake.astype(np.float64) - w) ** 2.4).sum(axis=1)
         better = err < best
         best[better], scale[better], zero[better] = err[better], s1[better], z1[better]
     return scale, zero
 
 
-def round_column(w: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, dequantized values) of one column w [rows]."""
-    code = np.clip(np.rint((w / scale).astype(F)) + zero, 0, (1 << bits) - 1)
+def round_column(w: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int,
+                 scheme: str = "asymmetric") -> tuple[np.ndarray, np.ndarray]:
+    """(codes, dequantized values) of one column w [rows]; compressed-tensors' asymmetric
+    scheme adds its signed zero point before rounding."""
+    x = (w / scale).astype(F)
+    if scheme == "asymmetric_compressed_tensors":
+        half = F(1 << (bits - 1))
+        code = np.clip(np.rint((x + (zero - half)).astype(F)) + half, 0, (1 << bits) - 1)
+    else:
+        code = np.clip(np.rint(x) + zero, 0, (1 << bits) - 1)
     return code.astype(np.int64), (scale * (code - zero)).astype(F)
 
 
@@ -94,6 +107,25 @@ def upper_inverse_factor(h: np.ndarray) -> np.ndarray:
 
 def visit_order(h: np.ndarray, act_order: bool) -> np.ndarray:
     return np.argsort(-np.diag(h), kind="stable") if act_order else np.arange(h.shape[0])
+
+
+def drop_dead(w: np.ndarray, h: np.ndarray) -> None:
+    """Dead columns (H_ii = 0, never activated): their weights zeroed, H_ii set to 1."""
+    dead = np.diag(h) == 0
+    w[:, dead] = 0
+    h[dead, dead] = 1
+
+
+def group_index(position: np.ndarray, dynamic: bool, g: int) -> np.ndarray:
+    """Each original column's group: its visiting position's run for dynamic groups,
+    its own index's otherwise (static groups are fixed before the visit)."""
+    return (position if dynamic else np.arange(position.size)) // g
+
+
+def column_loss(w: np.ndarray, q: np.ndarray, d: np.float32) -> np.ndarray:
+    """(w - q)^2 / d^2 / 2 per row."""
+    err = (w - q) / d
+    return err * err / F(2)
 
 
 def feedback(w: np.ndarray, err: np.ndarray, u_row: np.ndarray, j: int) -> None:
@@ -125,16 +157,17 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
     zeros = np.zeros((rows, ngroups), F)
     if group == -1:
         scales[:, 0], zeros[:, 0] = minmax_params(w, bits, scheme, search)
-    dead = np.diag(h) == 0
-    w[:, dead] = 0
-    h[dead, dead] = 1
+    drop_dead(w, h)
     if group != -1 and group_params == "static":
         for k in range(ngroups):
             scales[:, k], zeros[:, k] = minmax_params(w[:, k * g:(k + 1) * g], bits, scheme, search)
     perm = visit_order(h, act_order)
-    dynamic = group != -1 and group_params != "static"
+    if group != -1 and group_params == "static_permuted":  # fixed first, on groups of visited columns
+        for k in range(ngroups):
+            scales[:, k], zeros[:, k] = minmax_params(w[:, perm[k * g:(k + 1) * g]], bits, scheme, search)
+    dynamic = group != -1 and group_params in ("dynamic", "block_start")
     position = np.argsort(perm)
-    g_idx = (position if dynamic else np.arange(cols)) // g
+    g_idx = group_index(position, group != -1 and group_params != "static", g)
     w = w[:, perm]
     u = upper_inverse_factor(damped(h[np.ix_(perm, perm)], percdamp))
     codes = np.zeros((rows, cols), np.int64)
@@ -147,15 +180,15 @@ def gptq(w, hessian, *, percdamp=0.01, bits=4, group=-1, scheme="asymmetric", se
             current = snapshot[:, j:j + g] if group_params == "block_start" else w[:, j:j + g]
             scales[:, j // g], zeros[:, j // g] = minmax_params(current, bits, scheme, search)
         k = g_idx[perm[j]]
-        codes[:, j], q = round_column(w[:, j], scales[:, k], zeros[:, k], bits)
-        err = (w[:, j] - q) / u[j, j]
-        losses += err * err / F(2)
-        feedback(w, err, u[j], j)
+        codes[:, j], q = round_column(w[:, j], scales[:, k], zeros[:, k], bits, scheme)
+        losses += column_loss(w[:, j], q, u[j, j])
+        feedback(w, (w[:, j] - q) / u[j, j], u[j], j)
     return (codes[:, position], scales, zeros.astype(np.int64), g_idx.astype(np.int64), losses)
 
 
 OPS = {"quant.gptq": gptq}
 VARIANTS = {"quant.gptq": {"bits": [2, 3, 4, 8], "group": [-1, 128, 64, 32, 16, 8],
-                           "scheme": ["asymmetric", "symmetric", "symmetric_compressed_tensors", "symmetric_restricted"],
+                           "scheme": ["asymmetric", "asymmetric_compressed_tensors", "symmetric",
+                                      "symmetric_compressed_tensors", "symmetric_restricted"],
                            "search": ["minmax", "mse"], "act_order": [False, True],
-                           "group_params": ["dynamic", "static", "block_start"], "blocksize": [128, 64, 32, 16, 8, 1]}}
+                           "group_params": ["dynamic", "static", "block_start", "static_permuted"], "blocksize": [128, 64, 32, 16, 8, 1]}}

@@ -34,7 +34,8 @@ ACT_ORDER = Variant("act_order", (False, True), False, "visit columns by descend
 GROUP_PARAMS = Variant("group_params", gptq.GroupParams, "dynamic",
                        "group scales from the updated weights at the group's first column (dynamic), as the "
                        "reference code reads them at the lazy block's start (block_start), or from the weights "
-                       "before GPTQ (static: static_groups, llm-compressor)")
+                       "before GPTQ (static: static_groups, llm-compressor; static_permuted: over groups of "
+                       "visited columns, llm-compressor's actorder group)")
 BLOCKSIZE = Variant("blocksize", (128, 64, 32, 16, 8, 1), 128,
                     "columns per lazy batch update; changes the result only with block_start groups")
 

@@ -149,6 +149,8 @@ def _g_idx_vectors():
     specs = [VectorSpec(f"act-order permutation, group 4, static_groups {s}", ("GIdxOrder",),
                         Case({"perm": perm}, {"group": 4, "static_groups": s})) for s in (False, True)]
     return specs + [
+        VectorSpec("act-order permutation of 256, group 128 (the default)", ("GIdxOrder",),
+                   Case({"perm": rng.permutation(256)})),
         VectorSpec("no act-order (the identity), group 4", ("GIdxOrder",), Case({"perm": np.arange(16)}, {"group": 4})),
         VectorSpec("act-order, one group (-1)", ("GIdxOrder",), Case({"perm": perm}, {"group": -1})),
         VectorSpec("act-order, groups of 1", ("GIdxOrder",), Case({"perm": perm}, {"group": 1})),
@@ -223,6 +225,9 @@ def _awq_dequantize_vectors():
         specs.append(VectorSpec(f"16 x 64, group {group}", ("AwqOrder", "PackAxis", "GIdxOrder"),
                                 Case({"qweight": P.awq_pack(codes), "qzeros": P.awq_pack(zeros), "scales": scales},
                                      {"group": group})))
+    codes, zeros, scales = _layer(rng, 4, 8, 256, 2)
+    specs.append(VectorSpec("8 x 256, group 128 (the default)", ("AwqOrder", "GIdxOrder"),
+                            Case({"qweight": P.awq_pack(codes), "qzeros": P.awq_pack(zeros), "scales": scales})))
     base = specs[0].case.inputs
     return specs + [VectorSpec("qzeros with the wrong group count are rejected", ("InvalidInput",),
                                Case(base, {"group": 16}), "invalid")]

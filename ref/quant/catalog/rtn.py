@@ -77,8 +77,8 @@ def _variant_vectors(rng) -> list[VectorSpec]:
     specs = []
     for bits in rtn.BITS:
         for scheme in (s.value for s in rtn.Scheme):
-            w = _layer(rng, (4, 64))
-            w[3, 32:] = np.abs(w[3, 32:])  # one non-negative group: GPTQ's symmetric lo = 0
+            w = _layer(rng, (2, 64))
+            w[1, 32:] = np.abs(w[1, 32:])  # one non-negative group: GPTQ's symmetric lo = 0
             for zr in (z.value for z in rtn.ZeroRange):
                 flags = ["Random", "IncludeZero", "SymmetricConvention" if scheme != "asymmetric" else
                          "ZeroPointRounding"]
@@ -240,7 +240,10 @@ def dequantize_vectors() -> list[VectorSpec]:
     scales = (rng.integers(1, 200, (4, 2)) * 2.0**-12).astype(np.float32)
     zeros = rng.integers(0, 16, (4, 2)).astype(np.float32)
     base = {"codes": codes, "scales": scales, "zeros": zeros}
+    wide = rng.integers(0, 16, (2, 256))
     return [
+        VectorSpec("random INT4 codes [2, 256], group 128 (the default)", ("ZeroPointRounding", "Random"),
+                   Case({"codes": wide, "scales": scales[:2], "zeros": zeros[:2]})),
         VectorSpec("random INT4 codes, group 32", ("ZeroPointRounding", "Random"), Case(base, {"group": 32})),
         VectorSpec("uint8 codes, float64 scales and zeros", ("ArithmeticDtype",),
                    Case({"codes": codes.astype(np.uint8), "scales": scales.astype(np.float64) / 3,
