@@ -35,6 +35,11 @@ covers every op of the catalog, with code that is not the oracle:
   packings by field loops;
 - `numpy_hadamard`: randomized Hadamard transforms as one dense float32 product with
   the small matrices built by its own code;
+- `numpy_quant_codecs`: round-to-nearest group quantization with groups as rows, each
+  step one float32 (or float64) operation on per-row scalars, the MSE search over every
+  shrink at once;
+- `numpy_quant_packing`: GPTQ, AWQ and compressed-tensors words built from Python
+  integers (one big integer per run of codes, cut by masks), g_idx by a loop;
 - `numpy_gptq`: GPTQ in float32 in the paper's unblocked form (one rank-1 update of
   every later column per column), judged by the agreement rule.
 
@@ -58,6 +63,8 @@ from ref.conformance.adapters import (
     numpy_lattice,
     numpy_paged,
     numpy_paged_attention,
+    numpy_quant_codecs,
+    numpy_quant_packing,
     numpy_roofline,
     numpy_spec_trees,
     numpy_specdec,
@@ -71,7 +78,7 @@ from ref.conformance.adapters import (
 PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_groups, numpy_attention,
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
          numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq,
-         numpy_hadamard, numpy_awq, numpy_gptq)
+         numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_gptq)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
