@@ -40,7 +40,9 @@ level, no zero point differed; in agreeing rows the scales were within 5.5e-5 re
 and the losses within 3.7e-4; a diverged row's loss within 18.2%. The rule: units
 floor(0.375 n) + 2 rows, step 1, scales 2.5e-4 relative, losses 1.5e-3 relative +
 1e-12 where the row agrees and 40% where it diverged (margins 1.5x on the rows, 4x on
-the agreeing floats, 2x on the diverged loss). It holds for Hessians whose damped
+the agreeing floats, 2x on the diverged loss). A second run over 250 layers with every rtn
+scheme, the MSE search, block_start and static_permuted groups and blocksizes 16 and
+128: 5 of 5824 rows diverged, and the rule passed on every layer. It holds for Hessians whose damped
 condition number stays below about 1e4; far worse conditioned ones (fewer tokens than
 columns and percdamp 0.001) make float32 Cholesky factors lose most of their digits,
 and whole rows then follow other trajectories.
