@@ -150,6 +150,18 @@ def _first_chunk_mean(x):
     return np.abs(x[:1024]).sum(axis=0, dtype=F32) / F32(x.shape[0])
 
 
+def _mean_of_chunk_means(x):
+    """x_mean as the mean of the 1024-token chunks' means (a short last chunk weighs as a full one)."""
+    means = [np.abs(x[i:i + 1024]).mean(axis=0, dtype=F32) for i in range(0, x.shape[0], 1024)]
+    return (np.sum(means, axis=0, dtype=F32) / F32(len(means))).astype(F32)
+
+
+def _duo_first_point(n_grid, duo, kind):
+    """llm-compressor's duo grid with its first point (alpha 0) duo-scaled too, not plain."""
+    points = K.grid(n_grid, duo, kind)
+    return [(0.0, True)] + points[1:] if duo and kind == "llmcompressor" else points
+
+
 def _float16_mean(x):
     """x_mean summed in float16 (half-precision activations accumulated at their own width)."""
     return (np.abs(x.astype(np.float16)).sum(axis=0, dtype=np.float16).astype(F32) / F32(x.shape[0])).astype(F32)
@@ -208,6 +220,9 @@ AWQ_BUGS = {
     "of equal losses the last chosen (<=)": (SCALES, "TieRule", _scales(choose=_last_minimum)),
     "x_mean from the first 1024-token chunk": (SCALES, "TokenMean",
                                                patched(_scales(), K, "x_mean", lambda _: _first_chunk_mean)),
+    "x_mean as the mean of chunk means": (SCALES, "TokenMean",
+                                          patched(_scales(), K, "x_mean", lambda _: _mean_of_chunk_means)),
+    "llm-compressor duo grid: alpha 0 duo-scaled": (SCALES, "ScaleGrid", _scales(points=_duo_first_point)),
     "x_mean summed in float16": (SCALES, "Float16Input", patched(_scales(), K, "x_mean", lambda _: _float16_mean)),
     "search accepts bits 5 to 7": (SCALES, INVALID, patched(_scales(), K, "BITS", _every_bits)),
     "clip accepts bits 5 to 7": (CLIP, INVALID, patched(_clip(), K, "BITS", _every_bits)),

@@ -87,7 +87,8 @@ FLAGS = {
                        "a dead input channel gets s = 0 (and the others Inf or NaN)"),
     "ClipAxis": Flag("the clip threshold taken over the wrong axis (the output rows, or the whole row)",
                      "each group's clip comes from other weights"),
-    "ClipGrid": Flag("the clip shrink grid off (1 - i / 20 from i = 1, or to 0.5 inclusive)",
+    "ClipGrid": Flag("the clip shrink grid off (1 - i / 20 from i = 1, or to 0.5 inclusive), or the search's "
+                     "best error not started at the reference's 1e9",
                      "no clip (i = 0) is not tried, or a range the reference never tries wins"),
     "ClipSample": Flag("the clip search's tokens not sampled as the reference samples them (every "
                        "max(1, n // 512)-th)", "another subset of tokens judges the clip: other thresholds"),
@@ -103,8 +104,10 @@ FLAGS = {
                     "larger alpha or a tighter clip than the reference's"),
     "TokenMean": Flag("x_mean not the mean over every token (the first chunk's sum, or the mean of unequal "
                       "chunks' means)", "past 1024 tokens the activation statistic, hence s, is another"),
-    "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial output",
-                     "groups are judged together: other thresholds"),
+    "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial "
+                     "output, or summed over the tokens instead of averaged",
+                     "groups are judged together, or errors measured on another scale against the 1e9 start: "
+                     "other thresholds"),
 }
 
 F = np.float32
