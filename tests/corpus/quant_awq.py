@@ -15,6 +15,7 @@ from ref.conformance.adapters import numpy_awq as K
 from ref.conformance.implementation import Implementation
 
 SCALES, CLIP, QUANTIZE = "quant.awq.search_scales", "quant.awq.search_clip", "quant.awq.quantize"
+INVALID = "InvalidInput"
 F32 = np.float32
 
 
@@ -143,6 +144,56 @@ def _half_away(v):
     return np.sign(v) * np.floor(np.abs(v) + F32(0.5))
 
 
+def _first_chunk_mean(x):
+    """x_mean from the first 1024-token chunk's sum alone, divided by every token's count
+    (llm-compressor before 0.11 kept the first batch's sum)."""
+    return np.abs(x[:1024]).sum(axis=0, dtype=F32) / F32(x.shape[0])
+
+
+def _mean_of_chunk_means(x):
+    """x_mean as the mean of the 1024-token chunks' means (a short last chunk weighs as a full one)."""
+    means = [np.abs(x[i:i + 1024]).mean(axis=0, dtype=F32) for i in range(0, x.shape[0], 1024)]
+    return (np.sum(means, axis=0, dtype=F32) / F32(len(means))).astype(F32)
+
+
+def _duo_first_point(n_grid, duo, kind):
+    """llm-compressor's duo grid with its first point (alpha 0) duo-scaled too, not plain."""
+    points = K.grid(n_grid, duo, kind)
+    return [(0.0, True)] + points[1:] if duo and kind == "llmcompressor" else points
+
+
+def _float16_mean(x):
+    """x_mean summed in float16 (half-precision activations accumulated at their own width)."""
+    return (np.abs(x.astype(np.float16)).sum(axis=0, dtype=np.float16).astype(F32) / F32(x.shape[0])).astype(F32)
+
+
+def _every_bits(bits):
+    """bits 2 to 8 accepted (5, 6 and 7 too): the spec refuses all but 2, 3, 4 and 8."""
+    return (2, 3, 4, 5, 6, 7, 8)
+
+
+def _group_minus_one_as_128(w, bits=4, group=128):
+    """group -1 read as AutoAWQ's default 128 whenever 128 divides the inputs."""
+    cols = np.asarray(w).shape[-1] if np.ndim(w) == 2 else 0
+    return K.quantize(w, bits=bits, group=128 if group == -1 and cols % 128 == 0 else group)
+
+
+def _groups_along_rows(w, bits=4, group=128):
+    """Groups of `group` consecutive output rows (the transposed layout) where they divide the
+    rows; scales and zeros laid out in the reference's shape."""
+    w = np.asarray(w)
+    if w.ndim != 2 or group == -1 or not w.shape[0] or w.shape[0] % group:
+        return K.quantize(w, bits=bits, group=group)
+    codes, scales, zeros = K.quantize(np.ascontiguousarray(w.T), bits=bits, group=group)  # [in, out/g]
+    shape = (w.shape[0], w.shape[1] // group)
+    return codes.T.copy(), scales.reshape(shape), zeros.reshape(shape)
+
+
+def _strided_then_cut(a, n):
+    """Every max(1, t // 512)-th token, then cut to the first 512 of them."""
+    return a[::max(1, a.shape[0] // n)][:n]
+
+
 AWQ_BUGS = {
     "scales applied to the wrong side (Q(W / s) * s)": (SCALES, "ScaleSide", _scales(weight=_wrong_side)),
     "scales not normalized by sqrt(max * min)": (SCALES, "ScaleNorm", _scales(scales=_unnormalized)),
@@ -165,6 +216,23 @@ AWQ_BUGS = {
                                             patched(_quantize(), K, "RANGE_FLOOR", lambda _: F32(0))),
     "quantizer rounds half away from zero": (QUANTIZE, "TiesToEven", patched(_quantize(), K, "rounded",
                                                                             lambda _: _half_away)),
+    # issue 14 (the adversary's accepted mutants)
+    "of equal losses the last chosen (<=)": (SCALES, "TieRule", _scales(choose=_last_minimum)),
+    "x_mean from the first 1024-token chunk": (SCALES, "TokenMean",
+                                               patched(_scales(), K, "x_mean", lambda _: _first_chunk_mean)),
+    "x_mean as the mean of chunk means": (SCALES, "TokenMean",
+                                          patched(_scales(), K, "x_mean", lambda _: _mean_of_chunk_means)),
+    "llm-compressor duo grid: alpha 0 duo-scaled": (SCALES, "ScaleGrid", _scales(points=_duo_first_point)),
+    "x_mean summed in float16": (SCALES, "Float16Input", patched(_scales(), K, "x_mean", lambda _: _float16_mean)),
+    "search accepts bits 5 to 7": (SCALES, INVALID, patched(_scales(), K, "BITS", _every_bits)),
+    "clip accepts bits 5 to 7": (CLIP, INVALID, patched(_clip(), K, "BITS", _every_bits)),
+    "quantizer accepts bits 5 to 7": (QUANTIZE, INVALID, patched(_quantize(), K, "BITS", _every_bits)),
+    "quantizer reads group -1 as 128": (QUANTIZE, "Random", _group_minus_one_as_128),
+    "quantizer groups along the output rows": (QUANTIZE, "Random", _groups_along_rows),
+    "of equal clip errors the last kept (<=)": (CLIP, "TieRule", _clip(better=np.less_equal)),
+    "clip error starts at inf, not 1e9": (CLIP, "ClipGrid", _clip(error_start=F32(np.inf))),
+    "clip error summed over tokens": (CLIP, "ClipLoss", _clip(over_tokens=lambda e: e.sum(axis=1))),
+    "clip tokens strided, then cut to 512": (CLIP, "ClipSample", _clip(sample=_strided_then_cut)),
 }
 
 

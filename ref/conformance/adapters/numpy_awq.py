@@ -174,7 +174,8 @@ def group_amax(wb: np.ndarray) -> np.ndarray:
 
 
 def clip_search(x, w, *, bits=4, group=128, n_sample_token=512, n_grid=20, max_shrink=0.5, sample=None,
-                clamp=None, amax_of=None, shrinks=None):
+                clamp=None, amax_of=None, shrinks=None, better=None, error_start=F32(1e9),
+                over_tokens=None):
     x, w, g = check(x, w, bits, group)
     if isinstance(n_sample_token, bool) or not isinstance(n_sample_token, (int, np.integer)) or n_sample_token < 1:
         raise ValueError(f"n_sample_token must be a positive integer, got {n_sample_token!r}")
@@ -185,15 +186,15 @@ def clip_search(x, w, *, bits=4, group=128, n_sample_token=512, n_grid=20, max_s
     for start in range(0, w.shape[0], ROW_BLOCK):
         wb = w[start:start + ROW_BLOCK].reshape(-1, 1, w.shape[1] // g, g)  # [rows, 1, groups, g]
         amax = (amax_of or group_amax)(wb)
-        best, best_err = amax.copy(), np.full(amax.shape, F32(1e9))
+        best, best_err = amax.copy(), np.full(amax.shape, error_start)
         reference = (xg * wb).sum(axis=-1)  # [rows, t, groups]
         for i in (shrinks or range)(int(max_shrink * n_grid)):
             m = amax * F32(1 - i / n_grid)
             q = pseudo_quantize(clamp(wb, m), int(bits), g)
             err = ((q * xg).sum(axis=-1) - reference) ** 2
-            err = err.mean(axis=1).reshape(best_err.shape)
-            better = err < best_err
-            best_err[better], best[better] = err[better], m[better]
+            err = (over_tokens or (lambda e: e.mean(axis=1)))(err).reshape(best_err.shape)
+            kept = (better or np.less)(err, best_err)  # strict: the first of equal errors stays
+            best_err[kept], best[kept] = err[kept], m[kept]
         out.append(best[:, 0, :, 0])
     return np.concatenate(out, axis=0).astype(np.float64)
 

@@ -11,7 +11,8 @@ steps of 2^-9. The scale search's losses are mean squared output errors computed
 float64; a float32 kernel computes them with cancellation (the float output minus
 the quantized one) and its W s rounds differently in the last place (a code that flips
 moves one grid point's loss by a few percent in a small layer), so losses agree to
-LOSS_RTOL but at most LOSS_FLIPS of them (to LOSS_FLIP_RTOL), the choice is any grid point whose float64 loss is within
+LOSS_RTOL but at most LOSS_FLIPS of them (the worst to LOSS_FLIP_RTOL, the next to
+LOSS_SECOND_FLIP_RTOL), the choice is any grid point whose float64 loss is within
 CHOICE_RTOL of the smallest, and the scales match to SCALE_RTOL where the choice is
 the oracle's. The clip search's quantizer runs in float32 in both (the definition),
 so a float32 kernel differs only where two shrink steps' errors tie to float32
@@ -33,7 +34,7 @@ from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_FLIPS", "LOSS_FLIP_RTOL", "LOSS_RTOL",
-           "OPERATIONS", "SCALE_RTOL",
+           "LOSS_SECOND_FLIP_RTOL", "OPERATIONS", "SCALE_RTOL",
            "compare_clip", "compare_search"]
 
 # Measured: the float32 default kernel against the oracle on random layers. Large ones (bits 2-8,
@@ -45,11 +46,14 @@ __all__ = ["CHOICE_RTOL", "CLIP_FLIPS", "CLIP_FRACTION", "FLAGS", "LOSS_FLIPS", 
 # grid point's loss by up to 11.8% (a few hundred weights), a second point's by up to 1.4%, every
 # other point stayed within 2.3e-3. No chosen grid point differed (0 of 4940 layers), the scales
 # 2.0e-6 apart, and no clip threshold differed (0 of more than 48,000 groups). Each tolerance is
-# about the largest seen times 4: losses within LOSS_RTOL but at most LOSS_FLIPS grid points, those
-# within LOSS_FLIP_RTOL; a choice may be any grid point whose loss is within CHOICE_RTOL of the smallest.
+# about the largest seen times 4: losses within LOSS_RTOL but at most LOSS_FLIPS grid points, the
+# worst within LOSS_FLIP_RTOL and the second within LOSS_SECOND_FLIP_RTOL; a choice may be any grid
+# point whose loss is within CHOICE_RTOL of the smallest. Re-measured for issue 14 on 3000 layers of
+# the examples' distribution: worst point 4.5e-2, second 7.4e-3, third 7.2e-3, no choice differed.
 LOSS_RTOL = 1e-2
 LOSS_FLIPS = 2
 LOSS_FLIP_RTOL = 0.5
+LOSS_SECOND_FLIP_RTOL = 0.06
 CHOICE_RTOL = 2 * LOSS_RTOL
 SCALE_RTOL = 1e-5
 CLIP_FLIPS = 1
@@ -83,7 +87,8 @@ FLAGS = {
                        "a dead input channel gets s = 0 (and the others Inf or NaN)"),
     "ClipAxis": Flag("the clip threshold taken over the wrong axis (the output rows, or the whole row)",
                      "each group's clip comes from other weights"),
-    "ClipGrid": Flag("the clip shrink grid off (1 - i / 20 from i = 1, or to 0.5 inclusive)",
+    "ClipGrid": Flag("the clip shrink grid off (1 - i / 20 from i = 1, or to 0.5 inclusive), or the search's "
+                     "best error not started at the reference's 1e9",
                      "no clip (i = 0) is not tried, or a range the reference never tries wins"),
     "ClipSample": Flag("the clip search's tokens not sampled as the reference samples them (every "
                        "max(1, n // 512)-th)", "another subset of tokens judges the clip: other thresholds"),
@@ -93,8 +98,16 @@ FLAGS = {
                        "a zero scale: NaN codes, or another scale and zero point stored"),
     "TiesToEven": Flag("ties rounded away from zero or up instead of to the even code",
                        "a half-ulp bias on every tie: systematic drift in accumulations"),
-    "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial output",
-                     "groups are judged together: other thresholds"),
+    "TieRule": Flag("of equal losses (or clip errors) the last, or another, kept instead of the first (<= for <, "
+                    "an exactly-zero loss skipped, the choice started past grid point 0)",
+                    "a layer whose grid points tie (all-zero weights, uniform activations, dead channels) gets a "
+                    "larger alpha or a tighter clip than the reference's"),
+    "TokenMean": Flag("x_mean not the mean over every token (the first chunk's sum, or the mean of unequal "
+                      "chunks' means)", "past 1024 tokens the activation statistic, hence s, is another"),
+    "ClipLoss": Flag("the clip error taken over the whole row (or on weights) instead of each group's partial "
+                     "output, or summed over the tokens instead of averaged",
+                     "groups are judged together, or errors measured on another scale against the 1e9 start: "
+                     "other thresholds"),
 }
 
 F = np.float32
@@ -141,7 +154,31 @@ def _search_vectors() -> list[VectorSpec]:
         VectorSpec("all-zero weights: every loss 0, alpha 0 chosen", ("ScaleNorm",),
                    Case({"x": x, "w": np.zeros_like(w)}, {"group": 64})),
     ]
-    return specs + _invalid(x[:4], w[:4], "search")
+    specs += _invalid(x[:4], w[:4], "search")
+    # Appended after the first vectors (their ids stay): gaps the adversary's mutants found (issue 14).
+    xu = np.where(np.arange(32 * 64).reshape(32, 64) % 3 == 0, F(-1), F(1))  # |x| = 1 everywhere
+    xa, wa = _awkward_layer("search awkward", 64, 64, 16)
+    xg, wg = _halves_layer("search halves")
+    xt, wt = _long_layer("search long")
+    return specs + [
+        # Every x_mean is 1, so every s is 1 and every grid point quantizes the same W: 20 equal
+        # losses, grid point 0 chosen (a last-of-equals or skip-zero pick chooses another).
+        VectorSpec("uniform activations: every s is 1, every loss ties, alpha 0 chosen", ("TieRule",),
+                   Case({"x": xu, "w": w}, {"group": 32})),
+        # llm-compressor's first duo point is plain alpha 0; 8 bits make its loss the most sensitive.
+        VectorSpec("duo scaling, grid llmcompressor, bits 8, group 64", ("DuoScaling", "ScaleGrid"),
+                   Case({"x": x, "w": w}, {"duo_scaling": True, "grid": "llmcompressor", "bits": 8, "group": 64})),
+        # 1536 tokens, an outlier channel in the last 512: x_mean is the mean over every token,
+        # not the first 1024-token chunk's nor the mean of the two chunks' means.
+        VectorSpec("1536 tokens, an outlier channel in the last 512 (x_mean over every token)",
+                   ("TokenMean", "Float16Input"), Case({"x": xt, "w": wt}, {"group": -1})),
+        # activations with 16 significant bits up to 2^8: float16 sums of |x| round.
+        VectorSpec("activations beyond float16's precision (x_mean summed wider)", ("Float16Input",),
+                   Case({"x": xa, "w": wa}, {"group": 32})),
+        VectorSpec("group -1 with 256 inputs (one group per row, not 128)", ("Random",),
+                   Case({"x": xg, "w": wg}, {"group": -1})),
+        *_bad_bits(x[:4], w[:4], "search"),
+    ]
 
 
 def _invalid(x, w, op: str) -> list[VectorSpec]:
@@ -162,6 +199,45 @@ def _invalid(x, w, op: str) -> list[VectorSpec]:
         VectorSpec(f"{op}: integer activations are rejected", inv,
                    Case({"x": np.ones(x.shape, np.int32), "w": w}), "invalid"),
     ]
+
+
+def _bad_bits(x, w, op: str) -> list[VectorSpec]:
+    """bits outside {2, 3, 4, 8}: refused (5 to 7 too, though a quantizer could run them)."""
+    inputs = {"w": w} if x is None else {"x": x, "w": w}
+    return [VectorSpec(f"{op}: bits {b} is rejected", (INVALID_INPUT,), Case(inputs, {"bits": b, "group": 32}),
+                       "invalid") for b in (1, 5, 16)]
+
+
+def _awkward_layer(seed: str, n: int, cin: int, cout: int):
+    """x [n, cin]: integers in [-2^15, 2^15) / 2^7 (16 significant bits, up to 256 in
+    magnitude: a float16 running sum rounds); w [cout, cin] integers / 512."""
+    rng = np.random.default_rng(seed_for(seed))
+    x = rng.integers(-2**15, 2**15, (n, cin)).astype(np.float64) / 2**7
+    x[:, rng.choice(cin, 3, replace=False)] *= 4
+    w = rng.integers(-16, 16, (cout, cin)).astype(np.float64) / 512
+    return x.astype(np.float32), w.astype(np.float32)
+
+
+def _halves_layer(seed: str, cout: int = 8):
+    """x [32, 256], w [cout, 256] whose first 128 inputs are 16 times smaller than the
+    last 128: one group per row (group -1) and two groups of 128 quantize differently."""
+    rng = np.random.default_rng(seed_for(seed))
+    x = rng.integers(-64, 64, (32, 256)).astype(np.float64) / 64
+    x[:, rng.choice(256, 3, replace=False)] *= 16
+    w = rng.integers(-64, 64, (cout, 256)).astype(np.float64) / 1024
+    w[:, 128:] *= 16
+    return x.astype(np.float32), w.astype(np.float32)
+
+
+def _long_layer(seed: str, n: int = 1536, cin: int = 8, cout: int = 8, late: int = 1024, k: int = 5):
+    """x [n, cin] float16: integers in [-64, 64) / 64 with channel 1 times 2^k from token
+    `late` on; w [cout, cin]: integers / 512, float16."""
+    rng = np.random.default_rng(seed_for(seed))
+    x = rng.integers(-64, 64, (n, cin)).astype(np.float64) / 64
+    x[late:, 1] *= 2.0 ** k
+    w = rng.integers(-16, 16, (cout, cin)).astype(np.float64) / 512
+    w[rng.integers(0, cout, cout // 2), rng.integers(0, cin, cout // 2)] *= 8
+    return x.astype(np.float16), w.astype(np.float16)
 
 
 def _sampled_layer():
@@ -196,7 +272,25 @@ def _clip_vectors() -> list[VectorSpec]:
         VectorSpec("float64 inputs (the weights rounded to float32 for the quantizer)", ("ClipAxis",),
                    Case({"x": x.astype(np.float64), "w": w.astype(np.float64) * (1 + 2.0 ** -30)}, {"group": 64})),
     ]
-    return specs + _invalid(x[:4], w[:4], "clip")
+    specs += _invalid(x[:4], w[:4], "clip")
+    # Appended after the first vectors (their ids stay): gaps the adversary's mutants found (issue 14).
+    xd = x.copy()
+    xd[:, :32] = 0  # a dead group of inputs: every shrink step's error is 0, no clip (amax) kept
+    xl, wl = _long_layer("clip long", n=1535, late=1000, k=4)
+    xg, wg = _halves_layer("clip halves")
+    return specs + [
+        VectorSpec("a group of dead input channels: every error 0, the first (no clip) kept", ("TieRule", "ClipGrid"),
+                   Case({"x": xd, "w": w}, {"group": 32})),
+        # errors above 1e9: no shrink step beats the reference's start, so amax is kept (mean over tokens)
+        VectorSpec("large magnitudes (x, w times 2^11): errors above the 1e9 start keep amax",
+                   ("ClipLoss", "ClipGrid"), Case({"x": x * F(2**11), "w": w * F(2**11)}, {"group": 32})),
+        # 1535 // 512 = 2: every second token, all 768 of them (not cut to 512)
+        VectorSpec("1535 tokens: every second one, 768 in all (not the first 512 of them)", ("ClipSample",),
+                   Case({"x": xl, "w": wl}, {"group": -1, "bits": 3})),
+        VectorSpec("group -1 with 256 inputs (one group per row, not 128)", ("Random", "ClipAxis"),
+                   Case({"x": xg, "w": wg}, {"group": -1})),
+        *_bad_bits(x[:4], w[:4], "clip"),
+    ]
 
 
 def _quantize_vectors() -> list[VectorSpec]:
@@ -233,7 +327,16 @@ def _quantize_vectors() -> list[VectorSpec]:
         VectorSpec("a group whose range overflows float32 is rejected", (INVALID_INPUT,),
                    Case({"w": np.float32([3e38, -3e38] * 16)[None, :]}, {"group": 32}), "invalid"),
     ]
-    return specs
+    # Appended after the first vectors (their ids stay): gaps the adversary's mutants found (issue 14).
+    halves = np.concatenate([np.arange(128) / 128, np.arange(128) / 8]).astype(np.float32)[None, :]
+    tall = rng.integers(-64, 64, (32, 64)).astype(np.float32) / 256  # out >= group: a row-major layout matters
+    return specs + [
+        VectorSpec("group -1 with 256 inputs whose halves differ (one group per row, not 128)", ("Random",),
+                   Case({"w": halves}, {"bits": 4, "group": -1})),
+        VectorSpec("32 rows, group 32 (groups run along the inputs, not the rows)", ("Random", "ZeroRange"),
+                   Case({"w": tall}, {"bits": 4, "group": 32})),
+        *_bad_bits(None, w[:2, :32], "quantize"),
+    ]
 
 
 def _quantize_examples(supported):
@@ -272,9 +375,9 @@ def _fail(part: str, problem: str) -> Comparison:
     return Comparison(False, 0, 0, np.inf, "", problem=problem, part=part)
 
 
-def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int = 0,
-              flip_rtol: float = 0.0) -> Comparison:
-    """a within rtol of e (relative), but for at most `flips` elements, which are within flip_rtol."""
+def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flip_rtols: tuple[float, ...] = ()) -> Comparison:
+    """a within rtol of e (relative), but for at most len(flip_rtols) elements: the worst within
+    flip_rtols[0], the next within flip_rtols[1], and so on."""
     e, a = np.asarray(e, np.float64), np.asarray(a)
     if a.dtype.kind != "f" or a.shape != e.shape:
         return _fail(part, f"expected float values of shape {e.shape}, got {a.dtype} {a.shape}")
@@ -284,7 +387,8 @@ def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int =
     rel = np.where(np.isnan(rel), np.inf, rel)  # a NaN is infinitely far
     bad = rel > rtol
     worst = float(rel.max(initial=0))
-    if not bad.any() or (bad.sum() <= flips and (rel[bad] <= flip_rtol).all()):
+    if not bad.any() or (bad.sum() <= len(flip_rtols) and
+                         (np.sort(rel[bad])[::-1] <= np.asarray(flip_rtols[:int(bad.sum())])).all()):
         return Comparison(True, e.size, 0, worst, "relative", rtol, part=part)
     i = tuple(int(k) for k in np.argwhere(bad)[0])
     return Comparison(False, e.size, int(bad.sum()), worst, "relative", rtol,
@@ -292,19 +396,31 @@ def _relative(part: str, e: np.ndarray, a: np.ndarray, rtol: float, flips: int =
 
 
 def compare_search(expected, actual) -> Comparison:
-    """(s, choice, losses): losses within LOSS_RTOL (but LOSS_FLIPS of them within LOSS_FLIP_RTOL),
-    the choice any grid point whose expected loss is within CHOICE_RTOL of the smallest, s within
-    SCALE_RTOL where the choice is the oracle's."""
+    """(s, choice, losses): losses within LOSS_RTOL (but LOSS_FLIPS of them: the worst within
+    LOSS_FLIP_RTOL, the next within LOSS_SECOND_FLIP_RTOL),
+    the choice the first smallest of the kernel's own losses and any grid point whose expected
+    loss is within CHOICE_RTOL of the smallest, but the oracle's where its smallest loss is tied
+    exactly (all-zero weights, a layer whose every s is 1: no rounding separates the points),
+    s within SCALE_RTOL where the choice is the oracle's."""
     if not isinstance(actual, tuple) or len(actual) != 3:
         return _fail("", "expected a tuple (scales, choice, losses)")
     (s, choice, losses), (s_a, choice_a, losses_a) = expected, actual
-    cmp = _relative("losses", losses, losses_a, LOSS_RTOL, LOSS_FLIPS, LOSS_FLIP_RTOL)
+    cmp = _relative("losses", losses, losses_a, LOSS_RTOL, (LOSS_FLIP_RTOL, LOSS_SECOND_FLIP_RTOL)[:LOSS_FLIPS])
     if not cmp.ok:
         return cmp
     c = np.asarray(choice_a)
     if c.shape != () or c.dtype.kind not in "iu" or not 0 <= int(c) < len(losses):
         return _fail("choice", f"expected an integer index below {len(losses)}, got {c.dtype} {c!r}")
     best = float(np.min(losses))
+    own = np.asarray(losses_a, np.float64)
+    if int(c) != int(np.argmin(own)):  # the spec's strict <: the first of the kernel's own smallest losses
+        return Comparison(False, 1, 1, np.inf, "first smallest of its own losses", 0.0,
+                          first=Mismatch((), f"{int(np.argmin(own))} (its loss {float(own.min())!r})",
+                                         f"{int(c)} (its loss {float(own[int(c)])!r})"), part="choice")
+    if int(np.sum(np.asarray(losses) == best)) > 1 and int(c) != int(choice):  # an exact tie: the first wins
+        return Comparison(False, 1, 1, np.inf, "tied losses: the first", 0.0,
+                          first=Mismatch((), f"{int(choice)} (loss {best!r}, tied)",
+                                         f"{int(c)} (loss {float(losses[int(c)])!r})"), part="choice")
     if float(losses[int(c)]) > best * (1 + CHOICE_RTOL):
         return Comparison(False, 1, 1, float(losses[int(c)] / best - 1) if best else np.inf, "relative loss",
                           CHOICE_RTOL, first=Mismatch((), f"{int(choice)} (loss {best!r})",
