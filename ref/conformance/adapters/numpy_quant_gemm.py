@@ -7,8 +7,11 @@ ref), the way a dequantize-then-matmul kernel computes:
               bfloat16 activations and weights; output bfloat16
   fp8_gemm    E4M3 codes read through ml_dtypes, a float32 matrix product, the weight
               scale then the token scale applied in float32; output bfloat16
-  mxfp4_gemm  both operands dequantized to float32 (E2M1 table times 2^(scale - 127)),
-              a float32 matrix product; output float32
+  mxfp4_gemm  per block of 32, the float32 product of the E2M1 values (exact) times
+              both block scales at once, 2^(sa + sb - 254), rounded once to float32
+              (as block-scaled MMA applies the scales: an operand scaled on its own
+              could overflow float32 though the product is in range), the blocks
+              summed in float32; output float32
   nvfp4_gemm  operands dequantized to float32 with their E4M3 block scales, a float32
               matrix product times f32(a_global * b_global); output bfloat16
 
@@ -123,12 +126,26 @@ def _fp4_operand(codes, scales, name, block, mx):
 
 
 def mxfp4_gemm(a_codes, a_scales, b_codes, b_scales):
-    a = _fp4_operand(a_codes, a_scales, "a", 32, True)
-    b = _fp4_operand(b_codes, b_scales, "b", 32, True)
-    if a.shape[1] != b.shape[1]:
+    _fp4_operand(a_codes, a_scales, "a", 32, True)  # the checks
+    _fp4_operand(b_codes, b_scales, "b", 32, True)
+    aq, bq = np.asarray(a_codes), np.asarray(b_codes)
+    if aq.shape[1] != bq.shape[1]:
         raise ValueError("a_codes, b_codes: K differs")
-    with np.errstate(invalid="ignore", over="ignore"):
-        return a @ b.T
+    (m, k), n = aq.shape, bq.shape[0]
+    blocks = k // 32
+    av = _E2M1[aq].reshape(m, blocks, 32)
+    bv = _E2M1[bq].reshape(n, blocks, 32)
+    ea = np.asarray(a_scales).astype(np.int64)  # [M, blocks]
+    eb = np.asarray(b_scales).astype(np.int64)  # [N, blocks]
+    out = np.zeros((m, n), _F32)
+    with np.errstate(invalid="ignore", over="ignore", under="ignore"):
+        for j in range(blocks):
+            dot = (av[:, j] @ bv[:, j].T).astype(np.float64)  # exact: short binary numbers
+            exp = ea[:, j, None] + eb[None, :, j] - 254
+            nan = (ea[:, j, None] == 0xFF) | (eb[None, :, j] == 0xFF)
+            term = np.where(nan, np.nan, np.ldexp(dot, np.where(nan, 0, exp))).astype(_F32)
+            out = out + term
+    return out
 
 
 def _global(v, name):

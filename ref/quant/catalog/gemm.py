@@ -8,7 +8,9 @@ GEMMs, judged by the bounded rule against ref.quant.gemm_emulate.
 
 Inputs are built from integers scaled by powers of two (byte-stable across NumPy
 versions), exact at bfloat16 and float16, and keep every output inside float16's
-range, so kernels at every precision read the same numbers.
+range, so kernels at every precision read the same numbers. The exceptions, at the
+end of the list, are built to be inexact: a float32 activation and a weight product
+off the bfloat16 grid (rounding by truncation), a scale that is a float16 subnormal.
 """
 
 from __future__ import annotations
@@ -49,6 +51,17 @@ FLAGS = {
                        "32 for NVFP4, or the next block)", "elements multiplied by a neighbouring block's scale"),
     "GemmGlobalScale": Flag("NVFP4's per-tensor decode scale left out, inverted, or applied to one operand only",
                         "every output off by the product of the global scales"),
+    "GemmScaleDecode": Flag("a block scale decoded or applied wrong: each operand scaled apart in float32 (one "
+                            "overflows though the product of both scales is in range), E8M0 code 0 read as 0 "
+                            "(float32 bits s << 23) or a scale below float32's normal range flushed to zero, an "
+                            "E4M3 block scale read unsigned (UE4M3)",
+                            "outputs Inf, 0 or of the wrong sign where the exact product is an ordinary number"),
+    "GemmScalePrecision": Flag("W4A16 scales (or the whole dequantization) held in float16 while the output is "
+                               "declared bfloat16", "small scales lose bits as float16 subnormals"),
+    "GemmRounding": Flag("activations or dequantized weights converted to bfloat16 by truncation (round toward "
+                         "zero) instead of to nearest even, or partial sums (split-K slices) rounded to bfloat16",
+                         "each converted value up to one bfloat16 unit off: hidden in same-sign sums, visible "
+                         "where the output cancels"),
 }
 
 
@@ -154,6 +167,42 @@ def _w4a16_vectors() -> _Vectors:
         {**bad, "g_idx": np.zeros(63, np.int32)}, result="invalid")
     add("float g_idx", ["InvalidInput", "GemmGroupIndex"], {**bad, "g_idx": np.zeros(64, np.float32)},
         result="invalid")
+    # Appended by issue 14's adversary review (gemm); ids above do not move.
+    one = {"x": np.zeros((1, 32), np.float32), "codes": np.ones((1, 32), np.uint8),
+           "zeros": np.zeros((1, 1), np.uint8), "scales": np.array([[1.375 * 2.0**-23]], np.float32)}
+    one["x"][0] = 32.0
+    add("a scale 1.375 * 2^-23 (exact in bfloat16, a float16 subnormal that rounds 9% up), 32 channels x = 32: "
+        "y = 1.375 * 2^-13; a kernel declared bfloat16 that holds its scales in float16 is 9% off",
+        ["GemmScalePrecision"], one)
+    add("a negative g_idx (-1 is not a group; a kernel indexing Python-style reads the last group)",
+        ["InvalidInput", "GemmGroupIndex"],
+        {"x": np.ones((1, 2), np.float32), "codes": np.ones((1, 2), np.uint8), "scales": np.array([[1, 2]], np.float32),
+         "zeros": np.zeros((1, 2), np.uint8), "g_idx": np.array([0, -1], np.int32)}, result="invalid")
+    # Cancellation: +257 in the first quarter of K, -256 in the last; y = 1 exactly. A kernel that rounds its
+    # split-K partial sums (2 or 4 slices) to bfloat16 gets 256 - 256 = 0.
+    xs = np.zeros((1, 64), np.float32)
+    xs[0, :16], xs[0, 0], xs[0, 48:] = 16.0, 17.0, 16.0
+    codes = np.full((1, 64), 8, np.uint8)
+    codes[0, :16], codes[0, 48:] = 9, 7  # weights +1, -1 (zero 8, scale 1)
+    add("cancellation: x . w = 257 over the first quarter of K = 64, -256 over the last, y = 1; bfloat16 "
+        "split-K partials (2 or 4 slices) give 256 - 256 = 0", ["GemmRounding", "GemmAccumulation"],
+        {"x": xs, "codes": codes, "scales": np.ones((1, 2), np.float32), "zeros": np.full((1, 2), 8, np.uint8)})
+    # Truncation (round toward zero) against round-to-nearest-even, visible where the output cancels.
+    xt = np.zeros((1, 32), np.float32)
+    xt[0, 0], xt[0, 1] = 1 + 2.0**-7 - 2.0**-14, -(1 + 2.0**-7)  # x[0] is float32, not exact in bfloat16
+    add("float32 x[0] = 1 + 2^-7 - 2^-14 (bfloat16 nearest: 1 + 2^-7; truncated: 1) against x[1] = -(1 + 2^-7), "
+        "weights 1: y = -2^-14; activations truncated to bfloat16 give -2^-7", ["GemmRounding"],
+        {"x": xt, "codes": np.ones((1, 32), np.uint8), "scales": np.ones((1, 1), np.float32),
+         "zeros": np.zeros((1, 1), np.uint8)})
+    xw = np.zeros((1, 64), np.float32)
+    xw[0, 0], xw[0, 32] = 1.0, -21.75
+    cw = np.zeros((1, 64), np.uint8)
+    cw[0, 0], cw[0, 32] = 15, 1
+    add("weight (15 - 4) * 253/128 = 21.7421875 (bfloat16 nearest in either form, (q - z) * s or q * s - z * s: "
+        "21.75; truncated: 21.625) against x = -21.75 on a weight 1: y = -2^-7; weights truncated to bfloat16 "
+        "give -0.125", ["GemmRounding"],
+        {"x": xw, "codes": cw, "scales": np.array([[253 / 128, 1.0]], np.float32),
+         "zeros": np.array([[4, 0]], np.uint8)})
     return v
 
 

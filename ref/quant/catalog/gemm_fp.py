@@ -105,6 +105,18 @@ def _fp8_vectors() -> _Vectors:
     add("int8 codes", ["InvalidInput"], {**bad, "x_codes": bad["x_codes"].view(np.int8)}, result="invalid")
     add("K differs between x and w", ["InvalidInput"], {**bad, "w_codes": bad["w_codes"][:, :16]}, result="invalid")
     add("integer scales", ["InvalidInput"], {**bad, "x_scales": np.ones(3, np.int32)}, result="invalid")
+    # Appended by issue 14's adversary review (gemm); ids above do not move.
+    big = np.full((1, 8), 0x7E, np.uint8)
+    add("x, w all 448 over K = 8, scales 2^-10: y = 8 * 448^2 * 2^-20 = 1.53125, but the accumulator (1605632) "
+        "is past float16's range: a float16 accumulator (or float16 split-K partials) overflows to Inf",
+        ["GemmAccumulation"], {"x_codes": big, "x_scales": np.array([2.0**-10], np.float32), "w_codes": big.copy(),
+                               "w_scales": np.array([2.0**-10], np.float32)})
+    xc, wc = np.zeros((1, 32), np.uint8), np.zeros((1, 32), np.uint8)
+    xc[0, :2], wc[0, :2] = (0x58, 0x38), (0x58, 0x38)  # 16 * 16 + 1 * 1 = 257 in the first quarter of K
+    xc[0, 24], wc[0, 24] = 0x58, 0xD8  # 16 * -16 = -256 in the last
+    add("cancellation: 257 over the first quarter of K = 32, -256 over the last, y = 1; bfloat16 split-K "
+        "partials give 256 - 256 = 0", ["GemmRounding", "GemmAccumulation"],
+        {"x_codes": xc, "x_scales": np.ones(1, np.float32), "w_codes": wc, "w_scales": np.ones(1, np.float32)})
     return v
 
 
@@ -156,6 +168,35 @@ def _block_vectors(name: str, block: int) -> _Vectors:
         {**bad, "b_scales": np.ones((3, 4 if nv else 1), np.uint8) * (127 if not nv else 0x38)}, result="invalid")
     if nv:
         add("a_global 0", ["InvalidInput", "GemmGlobalScale"], {**bad, "a_global": np.float32(0)}, result="invalid")
+    # Appended by issue 14's adversary review (gemm); ids above do not move.
+    one = 0x38 if nv else 127  # the scale code of 1.0
+    extra = {"a_global": np.float32(1), "b_global": np.float32(1)} if nv else {}
+
+    def pair(a, sa, b, sb):
+        return {"a_codes": np.asarray(a, np.uint8), "a_scales": np.asarray(sa, np.uint8),
+                "b_codes": np.asarray(b, np.uint8), "b_scales": np.asarray(sb, np.uint8), **extra}
+
+    k = 4 * block
+    ac, bc = np.zeros((1, k), np.uint8), np.zeros((1, k), np.uint8)
+    ac[0, :9], bc[0, :9] = [7] * 7 + [4, 2], [7] * 7 + [4, 2]  # 7 * 36 + 4 + 1 = 257 in the first quarter of K
+    ac[0, -8:], bc[0, -8:] = [7] * 7 + [4], [15] * 7 + [12]  # 7 * -36 + 2 * -2 = -256 in the last
+    add(f"cancellation: 257 over the first quarter of K = {k}, -256 over the last, y = 1; bfloat16 split-K "
+        "partials give 256 - 256 = 0", ["GemmRounding", "GemmAccumulation"], pair(ac, np.full((1, 4), one), bc,
+                                                                             np.full((1, 4), one)))
+    if nv:
+        add("a's block scale -1.0 (E4M3 0xB8: the scales are signed E4M3, as the codec decodes them), all 1.0: "
+            "y = -16; a kernel reading the scales unsigned (UE4M3) gives +16", ["GemmScaleDecode"],
+            pair(np.full((1, 16), 2), [[0xB8]], np.full((1, 16), 2), [[0x38]]))
+    else:
+        add("a's scale 2^-126 (E8M0 1), b's 2^127 (254), every element 6: y = 32 * 36 * 2 = 2304; a kernel that "
+            "scales each operand apart in float32 makes b Inf (6 * 2^127)", ["GemmScaleDecode"],
+            pair(np.full((1, 32), 7), [[1]], np.full((1, 32), 7), [[254]]))
+        add("a's scale 2^-127 (E8M0 0, below float32's normal range), b's 2^126, a 6 and b 2: y = 32 * 12 / 2 = "
+            "192; scales built as float32 bits (s << 23) or flushed to zero give 0", ["GemmScaleDecode"],
+            pair(np.full((1, 32), 7), [[0]], np.full((1, 32), 4), [[253]]))
+        add("a's scale NaN (E8M0 0xFF) against every element 1.0 of one sign: y = NaN; 0xFF read as 2^128 (Inf) "
+            "gives +Inf, since no zero or sign change turns Inf into NaN here", ["NaN"],
+            pair(np.full((1, 32), 2), [[0xFF]], np.full((1, 32), 2), [[127]]))
     return v
 
 
