@@ -158,6 +158,61 @@ def _dequantize_scaled_zero(codes, scales, zeros, *, group=128):
     return (r - z.reshape(-1)[:, None]).astype(out.dtype).reshape(out.shape) if r.size else out
 
 
+def _zero_to_eps_as_tiny(original):
+    """scale_floor zero_to_eps replaces a zero scale by the smallest normal, not epsilon."""
+    return lambda lo, hi, bits, scheme, floor: original(lo, hi, bits, scheme,
+                                                      "tiny" if floor == "zero_to_eps" else floor)
+
+
+def _negative_zero(lo, scale, zero, bits):
+    """-lo / scale for lo = 0 is -0.0; a kernel that keeps its sign stores zero point -0.0."""
+    return np.where(zero == 0, -0.0, zero)
+
+
+def _any_bits(w, *, bits=4, group=128, scheme="asymmetric", zero_range="include_zero", scale_floor="tiny",
+              search="minmax"):
+    """K.quantize with the bits check widened to 1..8 (the arithmetic works for any b)."""
+    if bits in (2, 3, 4, 8) or not 1 <= bits <= 8:
+        return K.quantize(w, bits=bits, group=group, scheme=scheme, zero_range=zero_range,
+                          scale_floor=scale_floor, search=search)
+    w = K.as_weights(w)
+    r = K.rows(w, group)
+    include = zero_range == "include_zero"
+    lo, hi = K.adjust(*K.value_range(r, include), scheme, include)
+    scale, zero = K.scale_zero(lo, hi, bits, scheme, scale_floor)
+    head = w.shape[:-1] + (K.group_count(w, group),)
+    return (K.codes(r, scale, zero, bits, scheme == K.CT_ASYM).reshape(w.shape), scale.reshape(head),
+            zero.reshape(head))
+
+
+def _dequantize_any_shape(codes, scales, zeros, *, group=128):
+    """Scales and zeros of the right number of elements reshaped to fit, whatever their shape."""
+    codes, scales, zeros = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
+    if codes.ndim and codes.shape[-1] and scales.size == zeros.size:
+        head = codes.shape[:-1] + (K.group_count(codes, group),)
+        if scales.size == int(np.prod(head)):
+            scales, zeros = scales.reshape(head), zeros.reshape(head)
+    return K.dequantize(codes, scales, zeros, group=group)
+
+
+def _stale_shrinks(original):
+    """The MSE shrink table built once, in the dtype of the first call, and reused."""
+    table = {}
+
+    def mse_search(r, lo, hi, bits, scheme, floor):
+        t = r.dtype.type
+        if "p" not in table:
+            table["p"] = np.array([t(1 - i / 100) for i in range(80)], dtype=r.dtype)[:, None]
+        s, z = K.scale_zero((table["p"] * lo[None, :]).astype(r.dtype), (table["p"] * hi[None, :]).astype(r.dtype),
+                            bits, scheme, floor)
+        signed = scheme == K.CT_ASYM
+        err = np.stack([np.sum(np.abs(K.fake(r, s[i], z[i], bits, signed).astype(np.float64) - r) ** 2.4, axis=1)
+                        for i in range(s.shape[0])])
+        pick = np.argmin(err, axis=0) if r.shape[0] else np.zeros(0, np.int64)
+        return s[pick, np.arange(r.shape[0])], z[pick, np.arange(r.shape[0])]
+    return lambda original_: mse_search
+
+
 RTN_BUGS = {
     "zero point off by one": (Q, "ZeroPointRounding", patched(K.quantize, K, "scale_zero",
                                                               _scale_zero_then(_zero_plus_one))),
@@ -188,6 +243,15 @@ RTN_BUGS = {
     "compressed-tensors' zero point added after rounding": (Q, "ZeroPointRounding", patched(
         K.quantize, K, "codes", _zero_after_rounding)),
     "dequantize subtracts the zero point after scaling": (DQ, "ZeroPointRounding", _dequantize_scaled_zero),
+    # issue 14's adversary round
+    "zero_to_eps replaces a zero scale by the smallest normal": (Q, "DegenerateScale", patched(
+        K.quantize, K, "scale_zero", _zero_to_eps_as_tiny)),
+    "zero point -0.0 for a group with lo = 0": (Q, "ZeroPointRounding", patched(
+        K.quantize, K, "scale_zero", _scale_zero_then(_negative_zero))),
+    "quantize accepts bits 1, 5, 6, 7": (Q, "InvalidInput", _any_bits),
+    "dequantize accepts scales and zeros of the right size, any shape": (DQ, "InvalidInput", _dequantize_any_shape),
+    "MSE shrink table kept from the first call's dtype": (Q, "MseSearch", patched(
+        K.quantize, K, "mse_search", _stale_shrinks(None))),
 }
 
 # ------------------------------------------------------------------ packing
@@ -271,6 +335,68 @@ def _always(layout):
     return kernel
 
 
+def _awq_loader_group_unchecked(qweight, qzeros, scales, *, group=128):
+    """AWQ's loader with groups i // group and no check that they match qzeros' count."""
+    codes, zeros = KP.awq_unpack(qweight), KP.awq_unpack(qzeros)
+    n = codes.shape[1]
+    size = n if group == -1 else group
+    if group == 0 or group < -1 or (size and n % size):
+        raise ValueError(f"group: {group} does not split {n} columns")
+    return KP.dequant(codes, zeros, scales, np.arange(n) // size if size else np.zeros(0, np.int64))
+
+
+def _awq_unpack_transposed_square(words):
+    codes = KP.awq_unpack(words)
+    return np.ascontiguousarray(codes.T) if codes.shape[0] == codes.shape[1] else codes
+
+
+def _g_idx_one_group_128(perm, *, group=128, static_groups=False):
+    """group -1 read as GPTQ's default group size 128."""
+    if group != -1:
+        return KP.gptq_g_idx(perm, group=group, static_groups=static_groups)
+    out = KP.gptq_g_idx(perm, group=-1, static_groups=static_groups)
+    j = np.arange(len(out))
+    out[j if static_groups else np.asarray(perm)] = j // 128
+    return out
+
+
+def _g_idx_wraps(qweight, qzeros, scales, g_idx, *, bits=4, zero_format="v1"):
+    """A negative g_idx read as Python indexing does: from the last group."""
+    zeros = KP.gptq_unpack_qzeros(qzeros, bits=bits, zero_format=zero_format)
+    g = np.asarray(g_idx)
+    if g.dtype.kind in "iu" and g.size:
+        g = np.where(g < 0, g + zeros.shape[1], g).astype(g.dtype)
+    return KP.gptq_dequantize(qweight, qzeros, scales, g, bits=bits, zero_format=zero_format)
+
+
+def _gptq_any_bits(original):
+    return lambda bits: bits
+
+
+def _ct_any_bits(value, *, bits=4, packed_dim=1, layout="dense"):
+    """ct_pack with no bits check: 9 or 16 bits packed as a stream, 0 bits as no words."""
+    if 1 <= bits <= 8:
+        return KP.ct_pack(value, bits=bits, packed_dim=packed_dim, layout=layout)
+    v = np.asarray(value).astype(np.int64)
+    v = v if packed_dim == 1 else v.T
+    if bits < 1:
+        return np.zeros((v.shape[0], 0), np.int32)
+    words = KP.pack_rows(v + 2 ** (bits - 1), bits, -(-v.shape[1] * bits // 32))
+    return np.ascontiguousarray(words if packed_dim == 1 else words.T)
+
+
+def _g_idx_truthy(perm, *, group=128, static_groups=False):
+    return KP.gptq_g_idx(perm, group=group, static_groups=bool(static_groups))
+
+
+def _float64_scales_ok(loader):
+    def kernel(qweight, qzeros, scales, *args, **kw):
+        scales = np.asarray(scales)
+        return loader(qweight, qzeros, scales.astype(np.float32) if scales.dtype == np.float64 else scales,
+                      *args, **kw)
+    return kernel
+
+
 PK = "quant.pack."
 PACK_BUGS = {
     "AWQ nibble order replaced by sequential": (PK + "awq_pack", "AwqOrder",
@@ -294,6 +420,22 @@ PACK_BUGS = {
     "loader ignores g_idx (group = i // group size)": (PK + "gptq_dequantize", "GIdxOrder", _loader_ignores_g_idx),
     "compressed-tensors codes packed as two's complement": (PK + "ct_pack", "SignedOffset", _twos_complement),
     "compressed-tensors padded words where dense is declared": (PK + "ct_pack", "CtLayout", _always("padded")),
+    # issue 14's adversary round
+    "AWQ loader does not check the group count against qzeros": (PK + "awq_dequantize", "InvalidInput",
+                                                                 _awq_loader_group_unchecked),
+    "AWQ unpack transposed for a square layer": (PK + "awq_unpack", "PackAxis", _awq_unpack_transposed_square),
+    "g_idx with group -1 uses groups of 128": (PK + "gptq_g_idx", "GIdxOrder", _g_idx_one_group_128),
+    "GPTQ loader reads a negative g_idx from the last group": (PK + "gptq_dequantize", "InvalidInput", _g_idx_wraps),
+    "GPTQ qweight accepts bits 1, 5, 6, 7": (PK + "gptq_qweight", "InvalidInput",
+                                             patched(KP.gptq_qweight, KP, "_gptq_bits", _gptq_any_bits)),
+    "GPTQ qzeros accept bits 1, 5, 6, 7": (PK + "gptq_qzeros", "InvalidInput",
+                                           patched(KP.gptq_qzeros, KP, "_gptq_bits", _gptq_any_bits)),
+    "compressed-tensors pack accepts bits outside 1..8": (PK + "ct_pack", "InvalidInput", _ct_any_bits),
+    "g_idx accepts an integer static_groups": (PK + "gptq_g_idx", "InvalidInput", _g_idx_truthy),
+    "GPTQ loader accepts float64 scales": (PK + "gptq_dequantize", "InvalidInput",
+                                           _float64_scales_ok(KP.gptq_dequantize)),
+    "AWQ loader accepts float64 scales": (PK + "awq_dequantize", "InvalidInput",
+                                          _float64_scales_ok(KP.awq_dequantize)),
 }
 
 

@@ -85,7 +85,12 @@ def _qweight_vectors():
     specs += [VectorSpec("float codes are rejected", ("InvalidInput",), Case({"codes": np.ones((2, 32), np.float32)}),
                          "invalid"),
               VectorSpec("1-d codes are rejected", ("InvalidInput",), Case({"codes": np.ones(32, np.int64)}), "invalid"),
-              VectorSpec("no output channels", ("EmptyInput",), Case({"codes": np.zeros((0, 32), np.int64)}))]
+              VectorSpec("no output channels", ("EmptyInput",), Case({"codes": np.zeros((0, 32), np.int64)})),
+              # added after issue 14's adversary round: GPTQ packs 2, 3, 4 or 8 bits only
+              VectorSpec("bits 5 is rejected", ("InvalidInput",),
+                         Case({"codes": np.zeros((1, 32), np.int64)}, {"bits": 5}), "invalid"),
+              VectorSpec("bits 1 is rejected", ("InvalidInput",),
+                         Case({"codes": np.zeros((1, 32), np.int64)}, {"bits": 1}), "invalid")]
     return specs
 
 
@@ -100,7 +105,9 @@ def _unpack_qweight_vectors():
                        Case({"qweight": np.int32([[-1, -2**31, 0x49249249 - 2**31]] * bits)}, p)),
         ]
     specs += [VectorSpec("uint32 words are rejected", ("InvalidInput",), Case({"qweight": np.zeros((4, 2), np.uint32)}),
-                         "invalid")]
+                         "invalid"),
+              VectorSpec("bits 5 is rejected", ("InvalidInput",),
+                         Case({"qweight": np.zeros((5, 2), np.int32)}, {"bits": 5}), "invalid")]
     return specs
 
 
@@ -128,6 +135,9 @@ def _zeros_vectors(name: str):
                              Case({"qzeros": np.zeros((2, 1), np.uint32)}, {"bits": 4}), "invalid"),
                   VectorSpec("1-d qzeros are rejected", ("InvalidInput",),
                              Case({"qzeros": np.zeros(4, np.int32)}, {"bits": 4}), "invalid")]
+    key = "zeros" if name == "gptq_qzeros" else "qzeros"
+    bad = np.zeros((32, 1), np.int64) if name == "gptq_qzeros" else np.zeros((1, 5), np.int32)
+    specs.append(VectorSpec("bits 5 is rejected", ("InvalidInput",), Case({key: bad}, {"bits": 5}), "invalid"))
     return specs
 
 
@@ -160,6 +170,11 @@ def _g_idx_vectors():
                    Case({"perm": np.arange(12)}, {"group": 8}), "invalid"),
         VectorSpec("a float permutation is rejected", ("InvalidInput",),
                    Case({"perm": np.arange(4, dtype=np.float32)}, {"group": 2}), "invalid"),
+        # added after issue 14's adversary round
+        VectorSpec("one group (-1) over 256 columns: all zeros (no group size of 128 assumed)", ("GIdxOrder",),
+                   Case({"perm": rng.permutation(256)}, {"group": -1})),
+        VectorSpec("static_groups 1 (an integer, not a bool) is rejected", ("InvalidInput",),
+                   Case({"perm": np.array([1, 0])}, {"group": 1, "static_groups": 1}), "invalid"),
     ]
 
 
@@ -190,6 +205,12 @@ def _gptq_dequantize_vectors():
                    Case({**base, "g_idx": np.full(32, 4, np.int32)}), "invalid"),
         VectorSpec("scales of the wrong shape are rejected", ("InvalidInput",),
                    Case({**base, "scales": base["scales"][:, :16]}), "invalid"),
+        # added after issue 14's adversary round
+        VectorSpec("a negative g_idx (-1) is rejected, not read as the last group", ("InvalidInput",),
+                   Case({**base, "g_idx": np.where(np.arange(32) == 0, -1, base["g_idx"]).astype(np.int32)}),
+                   "invalid"),
+        VectorSpec("float64 scales are rejected (float16 or float32)", ("InvalidInput",),
+                   Case({**base, "scales": base["scales"].astype(np.float64)}), "invalid"),
     ]
 
 
@@ -206,6 +227,9 @@ def _awq_vectors():
         VectorSpec("12 output channels are rejected", ("InvalidInput",), Case({"codes": np.zeros((12, 4), np.int64)}),
                    "invalid"),
         VectorSpec("a code of 16 is rejected", ("InvalidInput",), Case({"codes": np.full((8, 1), 16)}), "invalid"),
+        # added after issue 14's adversary round: out == in, so a transposed result has the right shape
+        VectorSpec("a square layer [8, 8] of codes (8 o + i) mod 16", ("AwqOrder", "PackAxis"),
+                   Case({"codes": np.arange(64).reshape(8, 8) % 16})),
     ]
 
 
@@ -215,7 +239,10 @@ def _awq_unpack_vectors():
                        Case({"words": np.concatenate([np.int32([[0x75316420, -1]]),
                                                       rng.integers(-2**31, 2**31, (3, 2)).astype(np.int32)])})),
             VectorSpec("int64 words are rejected", ("InvalidInput",), Case({"words": np.zeros((2, 2), np.int64)}),
-                       "invalid")]
+                       "invalid"),
+            # added after issue 14's adversary round: words [8, 1] hold a square [8, 8] of codes
+            VectorSpec("a square layer: words [8, 1] of codes (8 o + i) mod 16", ("AwqOrder", "PackAxis"),
+                       Case({"words": P.awq_pack(np.arange(64).reshape(8, 8) % 16)}))]
 
 
 def _awq_dequantize_vectors():
@@ -229,8 +256,22 @@ def _awq_dequantize_vectors():
     specs.append(VectorSpec("8 x 256, group 128 (the default)", ("AwqOrder", "GIdxOrder"),
                             Case({"qweight": P.awq_pack(codes), "qzeros": P.awq_pack(zeros), "scales": scales})))
     base = specs[0].case.inputs
+    codes, zeros, scales = _layer(rng, 4, 8, 64, 2)
+    two = {"qweight": P.awq_pack(codes), "qzeros": P.awq_pack(zeros), "scales": scales}
     return specs + [VectorSpec("qzeros with the wrong group count are rejected", ("InvalidInput",),
-                               Case(base, {"group": 16}), "invalid")]
+                               Case(base, {"group": 16}), "invalid"),
+                    # added after issue 14's adversary round
+                    VectorSpec("a group larger than the file's (64 for 2 groups of 32) is rejected", ("InvalidInput",),
+                               Case(two, {"group": 64}), "invalid"),
+                    VectorSpec("one group (-1) for a file of 2 groups is rejected", ("InvalidInput",),
+                               Case(two, {"group": -1}), "invalid"),
+                    VectorSpec("a square layer 8 x 8, group 4", ("AwqOrder", "PackAxis"),
+                               Case({"qweight": P.awq_pack(codes[:, :8]), "qzeros": P.awq_pack(zeros),
+                                     "scales": scales}, {"group": 4})),
+                    VectorSpec("float64 scales are rejected (float16 or float32)", ("InvalidInput",),
+                               Case({**two, "scales": scales.astype(np.float64)}, {"group": 32}), "invalid"),
+                    VectorSpec("float32 scales", ("Random",),
+                               Case({**two, "scales": scales.astype(np.float32)}, {"group": 32}))]
 
 
 def _ct_vectors(name: str):
@@ -255,7 +296,12 @@ def _ct_vectors(name: str):
         specs += [VectorSpec("a code of 8 at 4 bits is rejected", ("InvalidInput", "SignedOffset"),
                              Case({"value": np.int8([[8, 0]])}, {"bits": 4}), "invalid"),
                   VectorSpec("uint8 codes are rejected", ("InvalidInput",), Case({"value": np.zeros((2, 8), np.uint8)}),
-                             "invalid")]
+                             "invalid"),
+                  # added after issue 14's adversary round: bits 1..8 only
+                  VectorSpec("bits 9 is rejected", ("InvalidInput",),
+                             Case({"value": np.int8([[1, -2, 3, -4]])}, {"bits": 9}), "invalid"),
+                  VectorSpec("bits 0 is rejected", ("InvalidInput",),
+                             Case({"value": np.int8([[0, 0, 0, 0]])}, {"bits": 0}), "invalid")]
     else:
         specs.append(VectorSpec("a count beyond the words is rejected", ("InvalidInput",),
                                 Case({"packed": np.zeros((2, 1), np.int32), "count": np.int64(9)},

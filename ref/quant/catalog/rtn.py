@@ -228,10 +228,58 @@ def _shape_vectors(rng) -> list[VectorSpec]:
     ]
 
 
+def _gap_vectors(rng) -> list[VectorSpec]:
+    """Added after the adversary's round (issue 14); appended so that earlier ids stay."""
+    zeros = np.zeros((1, 4), np.float32)
+    near = np.float32([1, -3, 2, 0] * 8) * np.float32(2.0**-30)  # span 5 * 2^-30: scale below epsilon
+    one_sided = np.arange(1, 33, dtype=np.float32) * np.float32(2.0**-6)
+    specs = [
+        # zero_to_eps: a scale of exactly 0 becomes epsilon (2^-23), not the smallest normal
+        VectorSpec("symmetric_compressed_tensors, zero_to_eps: an all-zero group's scale 0 becomes 2^-23",
+                   ("DegenerateScale", "AllZeroGroup"),
+                   Case({"w": zeros}, {"bits": 4, "group": -1, "scheme": "symmetric_compressed_tensors",
+                                       "scale_floor": "zero_to_eps"})),
+        VectorSpec("asymmetric_compressed_tensors, zero_to_eps: an all-zero group's scale 0 becomes 2^-23",
+                   ("DegenerateScale", "AllZeroGroup"),
+                   Case({"w": zeros}, {"bits": 4, "group": -1, "scheme": "asymmetric_compressed_tensors",
+                                       "scale_floor": "zero_to_eps"})),
+        VectorSpec("asymmetric, minmax, zero_to_eps: a constant group of 1/2 (span 0) gets scale 2^-23",
+                   ("DegenerateScale",),
+                   Case({"w": np.float32([[0.5, 0.5]])}, {"group": -1, "zero_range": "minmax",
+                                                            "scale_floor": "zero_to_eps"})),
+        # bits outside 2, 3, 4, 8
+        VectorSpec("bits 5 is rejected", ("InvalidInput",), Case({"w": np.float32([[0.125, -0.25]])},
+                                                                  {"bits": 5, "group": -1}), "invalid"),
+        VectorSpec("bits 1 is rejected", ("InvalidInput",), Case({"w": np.float32([[0.125, -0.25]])},
+                                                                  {"bits": 1, "group": -1}), "invalid"),
+        # the zero point: from the floored scale (asymmetric), from the raw one (compressed-tensors)
+        VectorSpec("asymmetric_compressed_tensors, eps floor: the zero point from the scale before the floor",
+                   ("DegenerateScale", "ZeroPointRounding"),
+                   Case({"w": near[None, :]}, {"group": 32, "scheme": "asymmetric_compressed_tensors",
+                                               "scale_floor": "eps"})),
+        VectorSpec("asymmetric_compressed_tensors, zero_to_eps: the same weights, scale not floored",
+                   ("DegenerateScale", "ZeroPointRounding"),
+                   Case({"w": near[None, :]}, {"group": 32, "scheme": "asymmetric_compressed_tensors",
+                                               "scale_floor": "zero_to_eps"})),
+        # zero points are +0.0: -lo / scale = -0.0 for lo = 0 must not leave a negative zero
+        VectorSpec("a non-negative group, asymmetric: lo = 0, the zero point is +0.0 (not -0.0)",
+                   ("ZeroPointRounding", "IncludeZero"),
+                   Case({"w": np.stack([one_sided, one_sided[::-1]])}, {"group": 16})),
+        VectorSpec("a non-negative group, asymmetric, float64: the zero point is +0.0",
+                   ("ZeroPointRounding", "IncludeZero"),
+                   Case({"w": one_sided[None, :].astype(np.float64)}, {"group": 32})),
+        # a float32 MSE search after the float64 one (vector 'MSE search, per-channel, float64'):
+        # a shrink table kept from an earlier call's dtype fails one of the two
+        VectorSpec("MSE search, per-channel, float32 (after a float64 MSE vector)", ("MseSearch", "ArithmeticDtype"),
+                   Case({"w": _layer(rng, (3, 64))}, {"group": -1, "search": "mse"})),
+    ]
+    return specs
+
+
 def quantize_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("quant.rtn.quantize"))
     return (_variant_vectors(rng) + _group_vectors(rng) + _edge_vectors() + _mse_vectors(rng)
-            + _shape_vectors(rng))
+            + _shape_vectors(rng) + _gap_vectors(np.random.default_rng(seed_for("quant.rtn.quantize/gaps"))))
 
 
 def dequantize_vectors() -> list[VectorSpec]:
@@ -273,6 +321,15 @@ def dequantize_vectors() -> list[VectorSpec]:
                    Case({**base, "scales": scales[:, :1]}, {"group": 32}), "invalid"),
         VectorSpec("a group that does not divide the input dimension is rejected", ("InvalidInput", "GroupAxis"),
                    Case({**base, "codes": codes[:, :48]}, {"group": 32}), "invalid"),
+        # added after issue 14's adversary round
+        VectorSpec("scales and zeros of the right size, the wrong shape ([4], not [2, 2]) are rejected",
+                   ("InvalidInput", "GroupAxis"),
+                   Case({"codes": codes[:2, :4], "scales": scales.reshape(-1)[:4], "zeros": zeros.reshape(-1)[:4]},
+                        {"group": 2}), "invalid"),
+        VectorSpec("zeros of the wrong shape (scales right) are rejected", ("InvalidInput", "GroupAxis"),
+                   Case({**base, "zeros": zeros.T.copy()}, {"group": 32}), "invalid"),
+        VectorSpec("per-channel: scales [rows, 1]", ("GroupAxis",),
+                   Case({"codes": codes[:, :8], "scales": scales[:, :1] * 4, "zeros": zeros[:, 1:]}, {"group": -1})),
     ]
 
 
