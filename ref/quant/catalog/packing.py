@@ -8,14 +8,13 @@ All exact; the oracles are the `ref.quant.packing` functions.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 from ref.quant import packing as P
 from ref.quant.catalog.common import AREA
+from ref.quant.catalog.packing_examples import (awq_case, awq_dequantize_case, ct_case, examples, g_idx_case,
+                                                gptq_codes_case, gptq_dequantize_case, words_case)
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.compare import compare_exact, compare_values
-from ref.testing.params import variant_params
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS"]
@@ -310,116 +309,34 @@ def _ct_vectors(name: str):
     return specs
 
 
-def _examples(build):
-    def strategy(supported):
-        @st.composite
-        def case(draw):
-            params = draw(variant_params(supported), label="params")
-            return build(draw, params)
-        return case()
-    return strategy
-
-
-def _gptq_codes_case(key: str, axis: int):
-    def build(draw, params):
-        bits = params.get("bits", 4)
-        per = 32 // int(np.gcd(32, bits))
-        rows, words = draw(st.integers(0, 4), label="rows"), draw(st.integers(1, 3), label="words")
-        shape = (rows, per * words) if axis == 1 else (per * words, max(rows, 1))
-        return Case({key: draw(hnp.arrays(np.int64, shape, elements=st.integers(0, (1 << bits) - 1)), label=key)},
-                    params)
-    return build
-
-
-def _words_case(key: str, bits_rows: bool):
-    def build(draw, params):
-        bits = params.get("bits", 4)
-        shape = (bits * draw(st.integers(1, 2)), draw(st.integers(1, 4))) if bits_rows else \
-            (draw(st.integers(1, 4)), bits * draw(st.integers(1, 2)))
-        return Case({key: draw(hnp.arrays(np.int32, shape), label=key)}, params)
-    return build
-
-
-def _g_idx_case(draw, params):
-    group = params["group"]
-    n = (group if group > 0 else 4) * draw(st.integers(1, 3))
-    return Case({"perm": np.asarray(draw(st.permutations(list(range(n))), label="perm"), np.int64)}, params)
-
-
-def _awq_case(draw, params):
-    shape = (8 * draw(st.integers(1, 3)), draw(st.integers(1, 4)))
-    return Case({"codes": draw(hnp.arrays(np.int64, shape, elements=st.integers(0, 15)), label="codes")}, params)
-
-
-def _ct_case(unpack: bool):
-    def build(draw, params):
-        bits, half = params["bits"], 1 << (params["bits"] - 1)
-        rows, cols = draw(st.integers(1, 3), label="rows"), draw(st.integers(1, 40), label="cols")
-        v = draw(hnp.arrays(np.int8, (rows, cols), elements=st.integers(-half, half - 1)), label="value")
-        v = v if params["packed_dim"] == 1 else np.ascontiguousarray(v.T)
-        if not unpack:
-            return Case({"value": v}, params)
-        return Case({"packed": P.ct_pack(v, bits=bits, packed_dim=params["packed_dim"], layout=params["layout"]),
-                     "count": np.int64(cols)}, params)
-    return build
-
-
-def _drawn_layer(draw, bits: int, out: int, inp: int, groups: int):
-    codes = draw(hnp.arrays(np.int64, (out, inp), elements=st.integers(0, (1 << bits) - 1)), label="codes")
-    zeros = draw(hnp.arrays(np.int64, (out, groups), elements=st.integers(0, (1 << bits) - 1)), label="zeros")
-    scales = draw(hnp.arrays(np.float16, (groups, out), elements=st.floats(2.0**-14, 1.0, width=16)), label="scales")
-    return codes, zeros, scales
-
-
-def _gptq_dequantize_case(draw, params):
-    bits, fmt = params["bits"], params["zero_format"]
-    per = 32 // int(np.gcd(32, bits))
-    out, inp = per * draw(st.integers(1, 2), label="out"), per * draw(st.integers(1, 2), label="in")
-    groups = draw(st.sampled_from([1, 2]), label="groups")
-    codes, zeros, scales = _drawn_layer(draw, bits, out, inp, groups)
-    perm = np.asarray(draw(st.permutations(list(range(inp))), label="perm"), np.int64)
-    g_idx = P.gptq_g_idx(perm, group=inp // groups, static_groups=draw(st.booleans(), label="static"))
-    return Case({"qweight": P.gptq_qweight(codes, bits=bits), "qzeros": P.gptq_qzeros(zeros, bits=bits,
-                                                                                      zero_format=fmt),
-                 "scales": scales, "g_idx": g_idx}, params)
-
-
-def _awq_dequantize_case(draw, params):
-    group = params["group"]
-    groups = draw(st.integers(1, 3), label="groups") if group > 0 else 1
-    inp = group * groups if group > 0 else 8 * draw(st.integers(1, 3), label="in")
-    codes, zeros, scales = _drawn_layer(draw, 4, 8 * draw(st.integers(1, 2), label="out"), inp, groups)
-    return Case({"qweight": P.awq_pack(codes), "qzeros": P.awq_pack(zeros), "scales": scales}, params)
-
-
 def _op(name, oracle, summary, vectors, build, variants, compare=compare_exact):
     return AREA.exact(f"pack.{name}", oracle, anchor="packing", summary=summary, variants=variants,
-                      vectors=vectors, examples=_examples(build), compare=compare)
+                      vectors=vectors, examples=examples(build), compare=compare)
 
 
 OPERATIONS = [
     _op("gptq_qweight", P.gptq_qweight, "codes [out, in] -> qweight [in*b/32, out] int32", _qweight_vectors,
-        _gptq_codes_case("codes", 1), (BITS,)),
+        gptq_codes_case("codes", 1), (BITS,)),
     _op("gptq_unpack_qweight", P.gptq_unpack_qweight, "qweight [in*b/32, out] -> codes [out, in]",
-        _unpack_qweight_vectors, _words_case("qweight", True), (BITS,)),
+        _unpack_qweight_vectors, words_case("qweight", True), (BITS,)),
     _op("gptq_qzeros", P.gptq_qzeros, "zero points [out, G] -> qzeros [G, out*b/32] (v1: minus one)",
-        lambda: _zeros_vectors("gptq_qzeros"), _gptq_codes_case("zeros", 0), (BITS, ZERO_FORMAT)),
+        lambda: _zeros_vectors("gptq_qzeros"), gptq_codes_case("zeros", 0), (BITS, ZERO_FORMAT)),
     _op("gptq_unpack_qzeros", P.gptq_unpack_qzeros, "qzeros [G, out*b/32] -> zero points [out, G]",
-        lambda: _zeros_vectors("gptq_unpack_qzeros"), _words_case("qzeros", False), (BITS, ZERO_FORMAT)),
+        lambda: _zeros_vectors("gptq_unpack_qzeros"), words_case("qzeros", False), (BITS, ZERO_FORMAT)),
     _op("gptq_repair_v1", P.gptq_repair_v1, "v1 qzeros -> v2 qzeros (one added to every field, no carry)",
-        _repair_vectors, _words_case("qzeros", False), (BITS,)),
+        _repair_vectors, words_case("qzeros", False), (BITS,)),
     _op("gptq_g_idx", P.gptq_g_idx, "quantization order perm [in] -> g_idx [in] int32", _g_idx_vectors,
-        _g_idx_case, (GROUP, STATIC)),
+        g_idx_case, (GROUP, STATIC)),
     _op("gptq_dequantize", P.gptq_dequantize, "(qweight, qzeros, scales, g_idx) -> float32 weights [out, in]",
-        _gptq_dequantize_vectors, _gptq_dequantize_case, (BITS, ZERO_FORMAT), compare=compare_values),
+        _gptq_dequantize_vectors, gptq_dequantize_case, (BITS, ZERO_FORMAT), compare=compare_values),
     _op("awq_pack", P.awq_pack, "INT4 codes [out, n] -> words [n, out/8] in AWQ's nibble order", _awq_vectors,
-        _awq_case, ()),
+        awq_case, ()),
     _op("awq_unpack", P.awq_unpack, "words [n, out/8] -> INT4 codes [out, n]", _awq_unpack_vectors,
-        _words_case("words", False), ()),
+        words_case("words", False), ()),
     _op("awq_dequantize", P.awq_dequantize, "(qweight, qzeros, scales) -> float32 weights [out, in]",
-        _awq_dequantize_vectors, _awq_dequantize_case, (GROUP,), compare=compare_values),
+        _awq_dequantize_vectors, awq_dequantize_case, (GROUP,), compare=compare_values),
     _op("ct_pack", P.ct_pack, "signed int8 codes -> int32 words (compressed-tensors pack_to_int32)",
-        lambda: _ct_vectors("ct_pack"), _ct_case(False), (CT_BITS, PACKED_DIM, LAYOUT)),
+        lambda: _ct_vectors("ct_pack"), ct_case(False), (CT_BITS, PACKED_DIM, LAYOUT)),
     _op("ct_unpack", P.ct_unpack, "int32 words -> signed int8 codes (unpack_from_int32)",
-        lambda: _ct_vectors("ct_unpack"), _ct_case(True), (CT_BITS, PACKED_DIM, LAYOUT)),
+        lambda: _ct_vectors("ct_unpack"), ct_case(True), (CT_BITS, PACKED_DIM, LAYOUT)),
 ]
