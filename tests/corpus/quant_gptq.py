@@ -216,6 +216,10 @@ def _feedback_f16(original):
     return feedback
 
 
+def _factor_f16(original):
+    return lambda h: original(h).astype(np.float16).astype(F)
+
+
 def _no_diagonal_check(original):
     def check(w, h, percdamp, bits, group, blocksize):
         original(w, np.where(np.eye(h.shape[0], dtype=bool), np.abs(h), h) if h.ndim == 2 and
@@ -266,6 +270,8 @@ GPTQ_BUGS = {
     "act-order ties broken by the later column": (OP, "ActOrder", patched(K.gptq, K, "visit_order",
                                                                          _ties_last_first)),
     "feedback product in float16": (OP, "HalfPrecision", patched(K.gptq, K, "feedback", _feedback_f16)),
+    "inverse factor rounded to float16": (OP, "HalfPrecision", patched(K.gptq, K, "upper_inverse_factor",
+                                                                      _factor_f16)),
     "a negative Hessian diagonal accepted": (OP, "InvalidInput", patched(K.gptq, K, "check", _no_diagonal_check)),
 }
 
