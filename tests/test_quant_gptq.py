@@ -62,6 +62,12 @@ def test_agreement_rejects_wrong_structure():
     assert "shape" in GPTQ(out, _with(out, 0, out[0][:, :-1])).problem
     assert "dtype" in GPTQ(out, _with(out, 0, out[0].astype(np.int32))).problem
     assert "dtype" in GPTQ(out, _with(out, 1, out[1].astype(np.int32))).problem
+    # the spec fixes float32 scales and losses: a float64 one fails GPTQ's rule (not a loose one's)
+    assert "float32" in GPTQ(out, _with(out, 4, out[4].astype(np.float64))).problem
+    assert "float32" in GPTQ(out, _with(out, 1, out[1].astype(np.float64))).problem
+    loose = agreement(names=("codes", "scales", "zeros", "g_idx", "losses"), codes=("codes", "zeros"),
+                      exact=("g_idx",), floats={"scales": (2.5e-4, 0.0), "losses": (1.5e-3, 1e-12)})
+    assert loose(out, _with(out, 4, out[4].astype(np.float64))).ok
 
 
 def test_agreement_arguments_are_checked():

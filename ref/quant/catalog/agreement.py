@@ -8,6 +8,9 @@ can round the other way; where the error is fed back (GPTQ), the flip changes ev
 later weight of its row, and the row follows another, equally valid trajectory. Bit
 equality is therefore not the contract; this is:
 
+- every output has the oracle's shape; integer outputs its dtype, float outputs a
+  floating-point dtype, or the oracle's own where the rule says so (GPTQ's float32
+  scales and losses);
 - outputs are split into `exact` ones (g_idx, a permutation: equal),
   `codes` (integers: codes, integer zero points) and `floats` (scales, float zero
   points, losses), and every code and float output has the same leading axis, the
@@ -76,10 +79,12 @@ def diverged_units(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray])
 def agreement(*, names: Sequence[str], codes: Sequence[str] = (), exact: Sequence[str] = (),
               floats: Mapping[str, Tolerance] | None = None, diverged: Mapping[str, Tolerance] | None = None,
               diverging: Sequence[str] = (), units: float = 0.0, count: int = 0,
-              step: int = 1) -> Callable[[Any, Any], Comparison]:
+              step: int = 1, float_dtypes: bool = False) -> Callable[[Any, Any], Comparison]:
     """The comparison `compare(expected, actual) -> Comparison` of an op whose outputs
     are the tuple `names`, each named once in `codes`, `exact` or `floats` (see the
-    module docstring for the rule and its figures)."""
+    module docstring for the rule and its figures). `float_dtypes`: each float output
+    must also have the oracle's dtype (where the spec fixes it, GPTQ's float32), not
+    just any floating-point one."""
     floats, diverged = dict(floats or {}), dict(diverged or {})
     named = [*codes, *exact, *floats]
     if sorted(named) != sorted(names) or len(set(named)) != len(named):
@@ -100,7 +105,7 @@ def agreement(*, names: Sequence[str], codes: Sequence[str] = (), exact: Sequenc
         exp = {n: np.asarray(expected[index[n]]) for n in names}
         act = {n: np.asarray(actual[index[n]]) for n in names}
         for n in names:
-            problem = _structure(n, exp[n], act[n], integer=n in codes or n in exact)
+            problem = _structure(n, exp[n], act[n], integer=n in codes or n in exact or float_dtypes)
             if problem:
                 return problem
         last = None
@@ -205,4 +210,4 @@ def _floats(name: str, e: np.ndarray, a: np.ndarray, where: np.ndarray, tol: Tol
 
 GPTQ = agreement(names=("codes", "scales", "zeros", "g_idx", "losses"), codes=("codes", "zeros"), exact=("g_idx",),
                  floats={"scales": (2.5e-4, 0.0), "losses": (1.5e-3, 1e-12)}, diverged={"losses": (0.4, 1e-12)},
-                 diverging=("scales",), units=0.375, count=2, step=1)
+                 diverging=("scales",), units=0.375, count=2, step=1, float_dtypes=True)

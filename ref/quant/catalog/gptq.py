@@ -46,8 +46,9 @@ FLAGS = {
                       "(percdamp * mean diag H)", "another inverse Hessian: other codes in most rows"),
     "InverseFactor": Flag("the Cholesky factor of H instead of H^-1, or the lower (U U^T) factorization instead of "
                           "the upper one (U^T U)", "wrong feedback weights: other codes in most rows"),
-    "ActOrder": Flag("act-order's permutation not undone on the codes, ascending instead of descending, or the "
-                     "diagonal read before dead columns are set to 1", "codes in the wrong columns"),
+    "ActOrder": Flag("act-order's permutation not undone on the codes, ascending instead of descending, tied "
+                     "diagonal entries not kept in column order, or the diagonal read before dead columns are set "
+                     "to 1", "codes in the wrong columns"),
     "GIdx": Flag("g_idx of static groups computed in permuted order, or of act-order dynamic groups in the "
                  "original order", "columns read another group's scale"),
     "GroupParams": Flag("group scales from the original weights where the updated ones are declared (or the "
@@ -57,6 +58,8 @@ FLAGS = {
                         "inside the block)", "columns past the first block quantized without feedback"),
     "Loss": Flag("the loss without the 1/2, without the division by d^2, or of the updated instead of the "
                  "original column", "losses off by a factor"),
+    "HalfPrecision": Flag("an intermediate (the feedback product, the inverse Hessian's factor) held in float16",
+                          "small weights underflow and ill-conditioned factors lose digits: other codes and losses"),
     "DeadColumns": Flag("a dead column (H_ii = 0) not zeroed, or its diagonal not set to 1",
                         "NaN from the Cholesky factorization, or a dead column's codes kept"),
 }
@@ -80,6 +83,10 @@ def _layer(rng, rows: int, cols: int, *, tokens: int | None = None, outliers=(3,
 
 
 def _case(w, h, percdamp=0.01, **params) -> Case:
+    """A vector's case. The block size is pinned (128, the reference's, unless the vector
+    sets it): left free, finding which axes the output depends on would run the oracle
+    over every block size of every other free axis, 5x the generation time."""
+    params.setdefault("blocksize", 128)
     return Case({"w": w, "hessian": h, "percdamp": np.float64(percdamp)}, params)
 
 
@@ -117,7 +124,7 @@ def _vectors() -> list[VectorSpec]:
     specs.append(VectorSpec("losses: (w - q)^2 / d^2 / 2 summed over each row", ("Loss",), _case(w, h, group=16)))
     w, h = _layer(rng, 8, 32, dead=(4, 5, 20))
     specs.append(VectorSpec("dead columns 4, 5, 20 (H_ii = 0): zeroed, H_ii = 1", ("DeadColumns",), _case(w, h)))
-    specs.append(VectorSpec("dead columns, act-order, group 8 (the dead diagonal 1 sorts among the others)",
+    specs.append(VectorSpec("dead columns, act-order, group 8 (every live H_ii is above 1: the dead 1s sort last)",
                             ("DeadColumns", "ActOrder"), _case(w, h, group=8, act_order=True)))
     w, h = _layer(rng, 8, 32)
     specs += [
@@ -149,6 +156,91 @@ def _vectors() -> list[VectorSpec]:
         "blocksize 0": _case(w, h, blocksize=0),
     }
     specs += [VectorSpec(f"{what} is rejected", ("InvalidInput",), case, "invalid") for what, case in bad.items()]
+    specs += _edge_vectors(rng)
+    return specs
+
+
+def _rows(values, cols: int = 8, rows: int = 4) -> np.ndarray:
+    """`rows` identical rows starting with `values`, zeros after: with H = I (no coupling
+    between columns) every row takes the same decisions, so a wrong one diverges them all."""
+    w = np.zeros((rows, cols), np.float32)
+    w[:, :len(values)] = values
+    return w
+
+
+def _edge_vectors(rng) -> list[VectorSpec]:
+    """Appended after the first vectors (their ids stay): the rounding ties, the range
+    conventions, the dead-column orderings and the float16 intermediates that random
+    layers do not reach (issue 14's adversary)."""
+    eye = np.eye(8, dtype=np.float32)
+    specs = [
+        # scale 1.875 / 15 = 0.125: w / scale = 2.5 exactly, half to even 2 (half up: 3)
+        VectorSpec("a weight exactly between two codes (H = I): half to even", ("RoundingTies",),
+                   _case(_rows([0.3125, 1.875]), eye)),
+        # -lo / scale = 0.3125 / 0.125 = 2.5: zero point 2 (half up: 3)
+        VectorSpec("a zero point exactly between two integers (H = I): half to even", ("ZeroPointRounding",),
+                   _case(_rows([-0.3125, 1.5625]), eye)),
+        # compressed-tensors' asymmetric: w / scale + signed zero = 2.5 - 8 = -5.5, half to even -6
+        VectorSpec("compressed-tensors' asymmetric: a code on a tie after the signed zero point (H = I)",
+                   ("RoundingTies",), _case(_rows([0.3125, 1.875]), eye, scheme="asymmetric_compressed_tensors")),
+        VectorSpec("GPTQ's symmetric on non-negative rows: lo stays 0 (H = I)", ("SymmetricConvention",),
+                   _case(_rows([0.5, 1.0, 0.25, 0.75]), eye, scheme="symmetric")),
+        # compressed-tensors keeps [0, 0]: the scale is float32's tiny, the asymmetric zero point 0 / 0 -> 0
+        VectorSpec("all-zero weights, compressed-tensors' asymmetric: no [-1, 1] widening, zero point from 0 / 0",
+                   ("AllZeroGroup",), _case(np.zeros((4, 8), np.float32), eye,
+                                            scheme="asymmetric_compressed_tensors")),
+        VectorSpec("all-zero weights, compressed-tensors' symmetric: no [-1, 1] widening",
+                   ("AllZeroGroup",), _case(np.zeros((4, 8), np.float32), eye,
+                                            scheme="symmetric_compressed_tensors")),
+        # scales about 2^-32: above float32's tiny, far below its eps
+        VectorSpec("weights about 2^-30: the scale floor is float32's tiny, not eps (H = I)", ("DegenerateScale",),
+                   _case(_rows([2.0**-30, -(2.0**-29), 5 * 2.0**-34]), eye)),
+    ]
+    w, h = _layer(rng, 8, 32)
+    specs += [VectorSpec(f"MSE range search at {b} bits, group 8", ("MseSearch", "GroupParams"),
+                         _case(w, h, bits=b, group=8, search="mse")) for b in (3, 2)]
+    # every even column dead and live diagonals about 0.2: the dead columns' 1 dominates the mean
+    # diagonal (damping) and sorts before every live column (act-order)
+    even = tuple(range(0, 32, 2))
+    w, h = _layer(rng, 8, 32, outliers=(1,), dead=even, scale=-3)
+    specs += [
+        VectorSpec("dead even columns, live H_ii < 1, percdamp 0.1: the mean diagonal after the dead 1s",
+                   ("Dampening", "DeadColumns"), _case(w, h, percdamp=0.1)),
+        VectorSpec("dead even columns, live H_ii < 1, act-order, group 8: the dead 1s sort first",
+                   ("ActOrder", "DeadColumns"), _case(w, h, percdamp=0.1, act_order=True, group=8)),
+    ]
+    w, h = _layer(rng, 8, 32, dead=(5, 9))
+    w[:, 5] = 48 * (_P / 16)  # a dead column holds every row's maximum
+    w[:, 9] = -48 * (_P / 16)  # and its minimum
+    specs.append(VectorSpec("dead columns holding each row's extremes, per-channel: the range before zeroing",
+                            ("DeadColumns", "GroupParams"), _case(w, h)))
+    n = 64
+    x = rng.integers(-4, 5, (n, 32)).astype(np.float64)
+    x[:, 3] *= 2.0**-12  # H_33 about 2^-20: tiny, not dead
+    w = (rng.integers(-40, 41, (8, 32)) * (_P / 16)).astype(np.float32)
+    specs.append(VectorSpec("a nearly dead column (H_ii about 1e-6, not 0): kept, not zeroed", ("DeadColumns",),
+                            _case(w, ((2.0 / n) * (x.T @ x)).astype(np.float32))))
+    diag = np.array([1, 3, 2, 3, 2, 2, 3, 2, 3, 1, 2, 3, 1, 2, 3, 2], np.float32)
+    w = (rng.integers(-40, 41, (4, 16)) * (_P / 16)).astype(np.float32)
+    specs.append(VectorSpec("act-order with tied diagonal entries, group 8: ties keep column order (stable)",
+                            ("ActOrder", "GIdx"), _case(w, np.diag(diag), act_order=True, group=8)))
+    w, h = _layer(rng, 16, 64)
+    specs.append(VectorSpec("weights about 2^-20 (below float16's normal range)", ("HalfPrecision",),
+                            _case(w * np.float32(2.0**-14), h)))
+    # an ill-conditioned Hessian (6 channels times 64 and a component shared by all): the
+    # inverse factor rounded to float16 moves agreeing rows' losses by 2.4e-3 (the rule's
+    # 1.5e-3); the float32 kernel by 8e-5. Its own generator: a layer chosen for that margin
+    own = np.random.default_rng(1)
+    x = own.integers(-4, 5, (64, 64)).astype(np.float64)
+    x[:, :6] *= 64
+    x += x[:, :1]
+    w = (own.integers(-40, 41, (16, 64)) * (_P / 16)).astype(np.float32)
+    specs.append(VectorSpec("an ill-conditioned Hessian (6 outlier channels and a shared one), group 16",
+                            ("HalfPrecision", "InverseFactor"),
+                            _case(w, ((2.0 / 64) * (x.T @ x)).astype(np.float32), group=16)))
+    h = np.diag(np.array([2, 2, 2, -(2.0**-7)], np.float32))
+    specs.append(VectorSpec("a small negative diagonal entry that dampening would mask is rejected",
+                            ("InvalidInput",), _case(np.ones((2, 4), np.float32), h, percdamp=0.1), "invalid"))
     return specs
 
 
