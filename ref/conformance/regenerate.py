@@ -185,6 +185,12 @@ def _manifest(files: dict[str, str], groups: dict[str, tuple[str, bool, int, int
     }
 
 
+def _float_bound(op: Operation) -> bool:
+    """Whether the op's float outputs regenerate within the golden bound (a bounded op, or
+    an op that declares `golden_float_bound`) rather than byte for byte."""
+    return op.kind is Kind.BOUNDED or op.golden_float_bound
+
+
 def _is_output(key: str) -> bool:
     """Whether an NPZ key ("<id>.<name>[...]") holds an output: expected or an alternative."""
     return key.split(".")[1] in ("expected", "alt")
@@ -233,7 +239,7 @@ def write(directory: Path | None = None) -> list[str]:
         npath = jpath.with_suffix(".npz")
         jpath.parent.mkdir(parents=True, exist_ok=True)
         _write_bytes(jpath, doc)
-        if arrays is not None and not _unchanged(npath, arrays, bounded=op.kind is Kind.BOUNDED):
+        if arrays is not None and not _unchanged(npath, arrays, bounded=_float_bound(op)):
             write_npz(npath, arrays)
         groups[op.name] = (path, arrays is not None, _count(json.loads(doc)), op.seed)
         for p in (path, path[:-5] + ".npz") if arrays is not None else (path,):
@@ -344,7 +350,7 @@ def _check_vector(op: Operation, entry: Mapping[str, Any], stored: Mapping[str, 
             return [f"{where}: the oracle rejects the stored inputs ({type(exc).__name__}: {exc})"]
     if recomputed is None:
         return [f"{where}: the oracle accepts the stored inputs of an invalid vector"]
-    bounded = op.kind is Kind.BOUNDED
+    bounded = _float_bound(op)
     return [f"{where}: {key} differs from the oracle's output on the stored inputs"
             + (" beyond the golden bound" if bounded else "")
             for key in keys if _is_output(key) and not _equivalent(key, recomputed[key], stored[key], bounded=bounded)]

@@ -361,15 +361,15 @@ _compare_quantized = partial(compare_parts, names=("codes", "scales", "zeros"),
                                           partial(compare_values, fmt="float32")))
 
 OPERATIONS = [
-    AREA.exact("awq.search_scales", awq.search_scales, anchor="awq",
+    AREA.exact("awq.search_scales", awq.search_scales, anchor="awq", golden_float_bound=True,
                summary="x [..., in], w [out, in] -> (s [in], choice, losses [20]): AWQ's scale search",
                variants=(BITS, GROUP, DUO, GRID), vectors=_search_vectors, examples=_examples(False),
                compare=compare_search, outputs=("scales", "choice", "losses"), case_flags=_search_flags),
-    AREA.exact("awq.search_clip", awq.search_clip, anchor="awq-clip",
+    AREA.exact("awq.search_clip", awq.search_clip, anchor="awq-clip", golden_float_bound=True,
                summary="x [..., in], W s [out, in] -> max_val [out, in/g]: AWQ's clip search",
                variants=(BITS, GROUP), vectors=_clip_vectors, examples=_examples(True), compare=compare_clip,
                case_flags=lambda case: ("Random",)),
-    AREA.exact("awq.quantize", awq.quantize, anchor="awq-quantizer",
+    AREA.exact("awq.quantize", awq.quantize, anchor="awq-quantizer", golden_float_bound=True,
                summary="w [out, in] -> (codes, scales, zeros): AWQ's min-max quantizer in float32",
                variants=(BITS, GROUP), vectors=_quantize_vectors, examples=_quantize_examples,
                compare=_compare_quantized, outputs=("codes", "scales", "zeros"),

@@ -265,7 +265,7 @@ def _examples(supported):
 
 
 OPERATIONS = [
-    AREA.exact("gptq", gptq.gptq, anchor="gptq",
+    AREA.exact("gptq", gptq.gptq, anchor="gptq", golden_float_bound=True,
                summary="(w [rows, cols], hessian [cols, cols]) -> (codes, scales, zeros, g_idx, losses) by GPTQ",
                variants=(BITS, GROUP, SCHEME, SEARCH, ACT_ORDER, GROUP_PARAMS, BLOCKSIZE), vectors=_vectors,
                examples=_examples, compare=GPTQ, outputs=("codes", "scales", "zeros", "g_idx", "losses")),

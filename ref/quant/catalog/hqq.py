@@ -333,7 +333,8 @@ def _dequantize_examples(supported):
 
 
 OPERATIONS = [
-    AREA.exact("hqq.quantize", hqq.quantize, anchor="hqq", summary="w -> (codes, scale = 1/s, zero): min-max then "
+    AREA.exact("hqq.quantize", hqq.quantize, anchor="hqq", golden_float_bound=True,
+               summary="w -> (codes, scale = 1/s, zero): min-max then "
                "the half-quadratic zero-point solver",
                variants=(BITS, GROUP, AXIS, OPTIMIZE, ROUND_ZERO, SCHEDULE, FLAT_FLOOR),
                vectors=quantize_vectors, examples=_quantize_examples, compare=compare_quantized,
