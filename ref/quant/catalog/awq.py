@@ -356,9 +356,18 @@ def _search_flags(case: Case) -> tuple[str, ...]:
     return ("DuoScaling",) if case.params.get("duo_scaling") else ("Random",)
 
 
+def _unsigned_zero(x):
+    """x with -0.0 read as +0.0: AWQ's zero point clamp(-round(lo / scale), 0, 2^b - 1) of a
+    group without negative weights is -0.0 or +0.0 as the clamp has it (numpy 2 and torch
+    keep -0.0, numpy 1.24 gives +0.0); both are the zero point 0."""
+    x = np.asarray(x)
+    return x + x.dtype.type(0) if x.dtype.kind == "f" else x
+
+
 _compare_quantized = partial(compare_parts, names=("codes", "scales", "zeros"),
                              comparators=(compare_exact, partial(compare_values, fmt="float32"),
-                                          partial(compare_values, fmt="float32")))
+                                          lambda e, a: compare_values(_unsigned_zero(e), _unsigned_zero(a),
+                                                                      fmt="float32")))
 
 OPERATIONS = [
     AREA.exact("awq.search_scales", awq.search_scales, anchor="awq", golden_float_bound=True,
