@@ -81,23 +81,13 @@ def _entries():
         out["TREE_BUGS", name] = (lambda n=name: specdec_trees.bug(n), flag, [op])
     for name, (_, flag) in cache_radix.RADIX_BUGS.items():
         out["RADIX_BUGS", name] = (lambda n=name: cache_radix.implementation(n), flag, ["cache.radix_cache"])
-    for name, (op, flag, _) in specdec_rejection.REJECTION_BUGS.items():
-        out["REJECTION_BUGS", name] = (lambda n=name: specdec_rejection.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_awq.AWQ_BUGS.items():
-        out["AWQ_BUGS", name] = (lambda n=name: quant_awq.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_lattice.LATTICE_BUGS.items():
-        out["LATTICE_BUGS", name] = (lambda n=name: quant_lattice.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_hqq.HQQ_BUGS.items():
-        out["HQQ_BUGS", name] = (lambda n=name: quant_hqq.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_hadamard.HADAMARD_BUGS.items():
-        out["HADAMARD_BUGS", name] = (lambda n=name: quant_hadamard.bug(n), flag, [op])
-    for name, (op, flag, _) in {**quant_rtn.RTN_BUGS, **quant_rtn.PACK_BUGS}.items():
-        out["RTN_BUGS" if name in quant_rtn.RTN_BUGS else "PACK_BUGS", name] = (
-            lambda n=name: quant_rtn.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_gemm.GEMM_BUGS.items():
-        out["GEMM_BUGS", name] = (lambda n=name: quant_gemm.bug(n), flag, [op])
-    for name, (op, flag, _) in quant_gptq.GPTQ_BUGS.items():
-        out["GPTQ_BUGS", name] = (lambda n=name: quant_gptq.bug(n), flag, [op])
+    # registries of (op, flag, kernel) entries whose module builds each kernel by `bug(name)`
+    by_bug = ((specdec_rejection, "REJECTION_BUGS"), (quant_awq, "AWQ_BUGS"), (quant_lattice, "LATTICE_BUGS"),
+              (quant_hqq, "HQQ_BUGS"), (quant_hadamard, "HADAMARD_BUGS"), (quant_rtn, "RTN_BUGS"),
+              (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"))
+    for module, registry in by_bug:
+        for name, (op, flag, _) in getattr(module, registry).items():
+            out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
     return out
 
 
