@@ -1,0 +1,8 @@
+"""The kv area's catalog: gathers each technique module's OPERATIONS and FLAGS."""
+
+from ref.testing.catalog_types import gather
+from ref.testing.flags import COMMON
+
+MODULES = ()
+
+OPERATIONS, FLAGS = gather("kv", MODULES, COMMON)
