@@ -143,7 +143,7 @@ def scores(q: ArrayLike, S: ArrayLike, signs: ArrayLike, norms: ArrayLike) -> ND
     n = _norms(norms, "norms", s.shape[:3])
     g = _heads(q, s.shape[1])
     sq = q @ S.T  # [B, Hq, Lq, m]
-    dots = np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(q.shape[0], s.shape[1], g, q.shape[2], -1), s)
+    dots = np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(q.shape[0], s.shape[1], g, q.shape[2], S.shape[0]), s)
     out = SCALE / S.shape[0] * dots * n[:, :, None, None, :]
     return out.reshape(q.shape[0], q.shape[1], q.shape[2], s.shape[2])
 
@@ -158,7 +158,7 @@ def emulate_scores(precision: str, q, S, signs, norms) -> NDArray[np.float64]:
     s = _signs(signs, "signs")
     g = _heads(q, s.shape[1])
     b, hq, lq, _ = q.shape
-    dots = round_to(np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(b, s.shape[1], g, lq, -1), s), acc)
+    dots = round_to(np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(b, s.shape[1], g, lq, S.shape[0]), s), acc)
     out = round_to(round_to(SCALE / S.shape[0] * dots, acc) * n[:, :, None, None, :], precision)
     return out.reshape(b, hq, lq, s.shape[2])
 
