@@ -4,7 +4,7 @@ inner products, b - 1 bits of that code plus a 1-bit QJL sketch of the residual
 (TurboQuant_prod).
 
   codebook(bits, dim)          levels c [2^b], thresholds t [2^b - 1] (ref.kv.beta_lloyd)
-  quantize_mse(x, Pi)          rho = ||x||, u = x / rho (u = 0 where rho = 0), y = Pi u,
+  quantize_mse(x, Pi)          rho = ||x||, y = (Pi x) / rho (y = 0 where rho = 0),
                                idx_j = the nearest level of y_j (a tie to the lower level)
   dequantize_mse(idx, rho, Pi) x_mse = rho * Pi^T c[idx]
   quantize_prod(x, Pi, S)      idx, rho = quantize_mse(x, Pi) at b - 1 bits,
@@ -161,8 +161,10 @@ def quantize_mse(x: ArrayLike, rotation: ArrayLike, *, bits: int = 2) -> tuple[N
     d = x.shape[-1]
     pi = _rotation(rotation, d)
     rho = np.sqrt(np.sum(x * x, axis=-1))  # [...]
-    u = np.divide(x, rho[..., None], out=np.zeros_like(x), where=rho[..., None] > 0)  # [..., d]
-    y = u @ pi.T  # [..., d]: Pi u
+    # y = Pi u = (Pi x) / rho, rotated first: Pi x is exact for dyadic x and an exact rotation, so a
+    # coordinate that is 0 lies exactly on the middle threshold (u = x / rho first would round it off 0)
+    px = x @ pi.T  # [..., d]
+    y = np.divide(px, rho[..., None], out=np.zeros_like(px), where=rho[..., None] > 0)  # [..., d]
     _, t = _codebook(bits, d)
     return _nearest(y, t), rho
 
