@@ -225,7 +225,8 @@ def dequantize_mse_vectors() -> list[VectorSpec]:
     rot = hadamard_rotation(rng, 16)
     codes, norms = rng.integers(0, 4, (3, 16)), rng.integers(1, 9, 3) * 0.5
     bad = lambda comment, **inputs: VectorSpec(comment, (INVALID_INPUT,), Case({"codes": codes, "norms": norms,  # noqa: E731
-                                                                                 "rotation": rot, **inputs}), "invalid")
+                                                                                 "rotation": rot, **inputs},
+                                                                                {"bits": 2}), "invalid")
     return specs + [
         VectorSpec("uint8 codes, float32 norms", ("InputDtype",),
                    Case({"codes": codes.astype(np.uint8), "norms": norms.astype(np.float32), "rotation": rot})),
