@@ -109,12 +109,17 @@ TURBOQUANT_BUGS = {
         K.estimate_prod, K, "qjl_scale", _constant(lambda m, d: 1.0 / m))),
     "sign(0) = 0 (numpy's sign)": (QP, "SignOfZero", patched(
         K.quantize_prod, K, "sign_bits", _constant(lambda v: np.sign(v).astype(np.int8)))),
-    "sign(0) = -1": (QP, "SignOfZero", patched(
-        K.quantize_prod, K, "sign_bits", _constant(lambda v: np.where(v > 0, 1, -1).astype(np.int8)))),
+    "sign(0) = +1 (S r >= 0)": (QP, "SignOfZero", patched(
+        K.quantize_prod, K, "sign_bits", _constant(lambda v: np.where(v >= 0, 1, -1).astype(np.int8)))),
     "query head h reads cache head h % H": (EP, "GqaHeads", patched(
         K.estimate_prod, K, "head_of", _constant(lambda hq, g, h: hq % h))),
     "float32 keys computed in float32": (QM, "InputDtype", patched(K.quantize_mse, K, "_float", _float_kept)),
 }
+
+
+# Run by a plain `pytest` (tests/test_runner_corpus_rule.py, about 0.1 s each); the rest are `deep` (up to 1.5 s).
+DEFAULT_PROFILE = ("the MSE variant's scores where prod's unbiased ones are defined",
+                   "rotation applied as Pi^T on encode (and Pi^T on decode)", "residual norm dropped (gamma = 1)")
 
 
 def bug(name: str) -> Implementation:

@@ -129,7 +129,7 @@ def dequantize_mse(codes, norms, rotation, *, bits=2):
 
 
 def sign_bits(v: np.ndarray) -> np.ndarray:
-    return np.where(v < 0, -1, 1).astype(np.int8)
+    return np.where(v > 0, 1, -1).astype(np.int8)  # QJL's convention: 0 -> -1
 
 
 def _projection(projection, d: int) -> np.ndarray:

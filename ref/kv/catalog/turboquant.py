@@ -60,8 +60,8 @@ FLAGS = {
                          "defined (the QJL term left out)", "scores shrunk by 1 - D_mse (2/pi at 1 bit)"),
     "SketchScale": Flag("the QJL term scaled by 1/d instead of 1/m, or without sqrt(pi/2)",
                         "the residual's contribution off by m/d or by 1.2533"),
-    "SignOfZero": Flag("sign(0) = 0 (numpy's sign) or -1 where +1 is defined", "a zero residual (an all-zero "
-                                                                               "key) gets signs 0 or -1"),
+    "SignOfZero": Flag("a residual's S r = 0 signed 0 (numpy's sign) or +1 where QJL's -1 is defined",
+                       "a zero residual (an all-zero key) gets signs 0 or +1"),
     "GqaHeads": Flag("query head h reading cache head h % H instead of h // g", "scores against another "
                                                                                "head's keys"),
     "InputDtype": Flag("float16 or float32 inputs computed in their own precision, or a rank mishandled",
@@ -171,7 +171,7 @@ def _cache_cases(rng):
         ("d = 128: block-diagonal Hadamard", ("SphereDensity", "RotationInverse"), _keys(rng, (1, 1, 6, 128)), r128),
         ("d = 16, a signed permutation: small d, where the sphere density is far from Gaussian",
          ("SphereDensity", "Midpoints", "RotationInverse"), _keys(rng, (1, 2, 5, 16)), signed_permutation(rng, 16)),
-        ("an all-zero key: norm 0, codes 2^(b-1) - 1 (the lower level at the tie 0)",
+        ("an all-zero key: norm 0, codes 2^(b-1) - 1 (the lower level at the tie 0), residual signs -1",
          ("CodeTie", "NormKept", "SignOfZero"), zero_row, r16),
         ("zero coordinates under a signed permutation: the tie at threshold 0 goes to the lower level",
          ("CodeTie",), sparse, signed_permutation(rng, 16)),
