@@ -183,3 +183,27 @@ def test_reference_setting_variance():
     for q, k in _pairs(rng, d):
         z_mean, z_var = qjl.unbiasedness(q, k, projections)
         assert abs(z_mean) < Z and abs(z_var) < Z
+
+
+def test_attention_over_qjl_keys_is_attend_on_the_decoded_keys():
+    from ref.attention import attend as attention
+    from ref.kv import qjl_attend
+    from ref.kv.catalog.qjl_attend import attend_inputs
+
+    rng = _rng(8)
+    x = attend_inputs(rng, 1, 2, 2, 3, 4, 2)
+    logits = np.concatenate([qjl.scores(x["q"], x["S"], x["signs"], x["norms"]),
+                             np.einsum("bhgqd,bhtd->bhgqt", x["q"].reshape(1, 2, 2, 3, 16).astype(np.float64),
+                                       x["k_recent"].astype(np.float64)).reshape(1, 4, 3, 2)], axis=-1) / 4
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = np.einsum("bhgqt,bhtd->bhgqd", p.reshape(1, 2, 2, 3, 6), x["v"].astype(np.float64)).reshape(1, 4, 3, 8)
+    assert np.allclose(qjl_attend.attend(**x), want, rtol=1e-12, atol=1e-12)
+    # with outliers: the decoded keys reproduce scores_outliers
+    y = attend_inputs(rng, 1, 1, 1, 2, 4, 0, outliers=True)
+    parts = {k: y[k] for k in ("S", "signs", "norms", "outliers", "outlier_signs", "outlier_norms")}
+    k_hat = qjl_attend.decode_outliers(**parts)
+    assert np.allclose(np.einsum("bhqd,bhtd->bhqt", y["q"].astype(np.float64), k_hat),
+                       qjl.scores_outliers(y["q"], **parts), rtol=1e-12, atol=1e-12)
+    out, _ = attention(np.swapaxes(y["q"], 1, 2), np.swapaxes(k_hat, 1, 2), np.swapaxes(y["v"], 1, 2))
+    assert np.allclose(qjl_attend.attend(**y), np.swapaxes(out, 1, 2), rtol=1e-13)

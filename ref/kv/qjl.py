@@ -33,8 +33,8 @@ from ref.arguments import integer
 from ref.formats.minifloat import round_to
 
 __all__ = ["SCALE", "bits_per_element", "decode", "emulate_scores", "emulate_scores_outliers", "encode",
-           "estimator_variance", "estimates", "unbiasedness", "outlier_channels", "pack_signs", "scores", "scores_outliers", "sketch",
-           "sketch_outliers", "sphere_factor", "unpack_signs"]
+           "estimates", "estimator_variance", "outlier_channels", "pack_signs", "scores", "scores_outliers", "sketch",
+           "sketch_outliers", "sphere_factor", "unbiasedness", "unpack_signs"]
 
 SCALE = math.sqrt(math.pi / 2)  # sqrt(pi/2): 1 / E|g| for g ~ N(0, 1)
 

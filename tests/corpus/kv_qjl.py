@@ -103,6 +103,21 @@ def _outlier_scale_m(original):
     return scores_outliers
 
 
+def _recent_dropped(q, S, signs, norms, k_recent, v, *outlier_parts):
+    """Attention over the sketched keys alone (the recent full-precision keys forgotten)."""
+    r, v = np.asarray(k_recent), np.asarray(v)
+    t = v.shape[2] - r.shape[2]
+    if t == 0:
+        return K.attend(q, S, signs, norms, k_recent, v, *outlier_parts)
+    return K.attend(q, S, signs, norms, r[:, :, :0], v[:, :, :t], *outlier_parts)
+
+
+def _recent_unscaled(q, S, signs, norms, k_recent, v, *outlier_parts):
+    """The recent keys' logits not divided by sqrt(D) (scaled up front to cancel the kernel's division)."""
+    d = np.shape(q)[-1]
+    return K.attend(q, S, signs, norms, np.asarray(k_recent) * np.float32(math.sqrt(d)), v, *outlier_parts)
+
+
 QJL_BUGS = {
     "scores without sqrt(pi/2)": (P + "scores", "QjlScale", patched(K.scores, K, "estimate", _no_sqrt_half_pi)),
     "scores divided by D instead of m": (P + "scores", "QjlScale", _one_over_d),
@@ -113,13 +128,18 @@ QJL_BUGS = {
     "packed signs read most significant bit first": (P + "scores", "QjlBitOrder",
                                                      patched(K.scores, K, "PACK_WEIGHTS", _msb_first)),
     "sign(0) = +1 in the sketch": (P + "sketch", "QjlSignZero", patched(K.sketch, K, "bit", _zero_is_plus)),
-    "signs packed most significant bit first": (P + "pack", "QjlBitOrder", patched(K.pack, K, "PACK_WEIGHTS", _msb_first)),
+    "signs packed most significant bit first": (P + "pack", "QjlBitOrder",
+                                                patched(K.pack, K, "PACK_WEIGHTS", _msb_first)),
     "outliers not excluded from the inlier sketch": (P + "sketch_outliers", "QjlOutliers", _outliers_kept_in),
     "sign(0) = +1 in the outlier sketch": (P + "sketch_outliers", "QjlSignZero",
                                            patched(K.sketch_outliers, K, "bit", _zero_is_plus)),
     "inlier norm taken as ||k||": (P + "scores_outliers", "QjlOutliers",
                                    patched(K.scores_outliers, K, "inlier_norm", _inlier_norm_whole)),
     "outlier estimate scaled by 1/m": (P + "scores_outliers", "QjlOutliers", _outlier_scale_m(K.estimate)),
+    "attention without the recent full-precision keys": (P + "attend", "QjlRecent", _recent_dropped),
+    "recent keys' logits not scaled by 1/sqrt(D)": (P + "attend", "QjlRecent", _recent_unscaled),
+    "attention logits without sqrt(pi/2)": (P + "attend", "QjlScale",
+                                            patched(K.attend, K, "estimate", _no_sqrt_half_pi)),
     "outliers chosen per token": (P + "outliers", "QjlOutlierSelection", _per_token_outliers),
     "outliers ranked by max |k|": (P + "outliers", "QjlOutlierSelection", _max_abs_outliers),
     "outlier ties to the higher index": (P + "outliers", "QjlOutlierSelection", _ties_high),

@@ -185,6 +185,33 @@ def scores_outliers(q, S, signs, norms, outliers, outlier_signs, outlier_norms):
     return estimate(dot_in, S.shape[0], inlier_norm(n, no)[:, heads]) + estimate(dot_out, mo, no[:, heads])
 
 
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(-1, keepdims=True, initial=-np.inf))
+    return e / e.sum(-1, keepdims=True)
+
+
+def attend(q, S, signs, norms, k_recent, v, outliers=None, outlier_signs=None, outlier_norms=None):
+    """Decode attention as the reference runs it: [QJL scores | q . k_recent] / sqrt(D),
+    a float32 softmax, then P v in float32."""
+    q, r, v = as_float(q, "q"), as_float(k_recent, "k_recent"), as_float(v, "v")
+    extra = (outliers, outlier_signs, outlier_norms)
+    if any(x is None for x in extra) != all(x is None for x in extra):
+        raise ValueError("outliers: all three outlier inputs, or none")
+    if outliers is None:
+        sketched = scores(q, S, signs, norms)
+    else:
+        sketched = scores_outliers(q, S, signs, norms, outliers, outlier_signs, outlier_norms)
+    b, hq, lq, d = q.shape
+    if r.ndim != 4 or r.shape[0] != b or r.shape[3] != d or v.ndim != 4 or v.shape[:2] != r.shape[:2] or \
+            v.shape[2] != sketched.shape[3] + r.shape[2]:
+        raise ValueError(f"shapes: k_recent {r.shape}, v {v.shape} for {sketched.shape[3]} sketched keys")
+    heads = kv_head_of(hq, r.shape[1])
+    recent = np.matmul(q.astype(np.float32), np.swapaxes(r.astype(np.float32)[:, heads], -1, -2))
+    logits = np.concatenate([sketched.astype(np.float32), recent], axis=-1) / np.float32(math.sqrt(d))
+    return np.matmul(softmax_rows(logits), v.astype(np.float32)[:, heads])
+
+
 OPS = {"kv.qjl.sketch": sketch, "kv.qjl.pack": pack, "kv.qjl.scores": scores, "kv.qjl.outliers": outliers,
-       "kv.qjl.sketch_outliers": sketch_outliers, "kv.qjl.scores_outliers": scores_outliers}
+       "kv.qjl.sketch_outliers": sketch_outliers, "kv.qjl.scores_outliers": scores_outliers,
+       "kv.qjl.attend": attend}
 VARIANTS: dict = {}

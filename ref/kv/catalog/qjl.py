@@ -24,8 +24,8 @@ from ref.testing.catalog_types import Flag, seed_for
 from ref.testing.compare import Comparison, compare_exact, compare_parts, compare_values
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["FLAGS", "H16", "OPERATIONS", "SCORE_BOUND", "hadamard_projection", "integer_projection", "keys",
-           "scores_inputs"]
+__all__ = ["FLAGS", "H16", "OPERATIONS", "SCORE_BOUND", "Vectors", "compare_sketch_outliers", "hadamard_projection",
+           "integer_projection", "keys", "scores_inputs"]
 
 SCORE_BOUND = Bound(k=2.0, floor=4.0, scale="relative")
 
@@ -73,7 +73,7 @@ def hadamard_projection(rng, blocks: int, dtype=np.float32) -> np.ndarray:
     return np.concatenate([H16 * rng.choice([-1, 1], 16) for _ in range(blocks)]).astype(dtype)
 
 
-class _Vectors(list):
+class Vectors(list):
     def add(self, comment, flags, inputs, result="valid", **params):
         self.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
 
@@ -91,7 +91,7 @@ def _compare_sketch(expected, actual):
     return compare_parts(expected, actual, names=("signs", "norms"), comparators=(compare_exact, _floats))
 
 
-def _compare_sketch_outliers(expected, actual):
+def compare_sketch_outliers(expected, actual):
     return compare_parts(expected, actual, names=("signs", "norms", "outlier_signs", "outlier_norms"),
                          comparators=(compare_exact, _floats, compare_exact, _floats))
 
@@ -100,7 +100,7 @@ def _compare_sketch_outliers(expected, actual):
 
 def _sketch_vectors():
     rng = np.random.default_rng(seed_for("kv.qjl.sketch"))
-    v = _Vectors()
+    v = Vectors()
     v.add("B=1, H=2, T=5, D=16, m=24 integer projection", ["Random"],
           {"k": keys(rng, (1, 2, 5, 16)), "S": integer_projection(rng, 24, 16)})
     v.add("orthogonalized projection: two H16 blocks (m = 32)", ["Random"],
@@ -132,7 +132,7 @@ def _sketch_vectors():
 
 def _pack_vectors():
     rng = np.random.default_rng(seed_for("kv.qjl.pack"))
-    v = _Vectors()
+    v = Vectors()
     one = -np.ones((1, 16), np.int8)
     one[0, 0], one[0, 9] = 1, 1
     v.add("one +1 at row 0 and row 9: bytes 0x01, 0x02 (LSB first)", ["QjlBitOrder"], {"signs": one})
@@ -178,7 +178,7 @@ def scores_inputs(rng, b, h, g, lq, t, d, m, *, hadamard=False, packed=False, dt
 
 def _scores_vectors():
     rng = np.random.default_rng(seed_for("kv.qjl.scores"))
-    v = _Vectors()
+    v = Vectors()
     v.add("B=1, H=2, Lq=3, T=6, D=16, m=24, norms from 1/16 to 63/16",
           ["QjlScale", "QjlNorm", "QjlProjection"], scores_inputs(rng, 1, 2, 1, 3, 6, 16, 24))
     v.add("GQA: Hq = 4 over H = 2 (query head h reads KV head h // 2)", ["QjlHeads", "QjlScale"],

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from ref.kv import qjl
 from ref.kv.catalog.common import AREA
-from ref.kv.catalog.qjl import SCORE_BOUND, hadamard_projection, integer_projection, keys
-from ref.kv.catalog.qjl import _compare_sketch_outliers, _Vectors  # noqa: PLC2701 (the sibling's helpers)
+from ref.kv.catalog.qjl import (SCORE_BOUND, Vectors, compare_sketch_outliers, hadamard_projection,
+                                integer_projection, keys)
 from ref.testing.catalog_types import seed_for
 from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case
@@ -39,7 +39,7 @@ def _i(x: int) -> np.ndarray:
 
 def _outliers_vectors():
     rng = np.random.default_rng(seed_for("kv.qjl.outliers"))
-    v = _Vectors()
+    v = Vectors()
     v.add("two outlier channels (2, 11) in groups of 4 tokens, count 2", ["QjlOutlierSelection"],
           {"k": outlier_keys(rng, 1, 2, 8, 16), "group": _i(4), "count": _i(2)})
     k = np.zeros((1, 1, 4, 8), np.float32)
@@ -75,7 +75,7 @@ def sketch_outlier_inputs(rng, b, h, groups, group, d, m, mo, count=2, hadamard=
 
 def _sketch_vectors():
     rng = np.random.default_rng(seed_for("kv.qjl.sketch_outliers"))
-    v = _Vectors()
+    v = Vectors()
     v.add("2 groups of 4 tokens, outliers 2 and 11 (8x), m = 24, m_out = 8", ["QjlOutliers", "QjlSignZero"],
           sketch_outlier_inputs(rng, 1, 2, 2, 4, 16, 24, 8))
     v.add("orthogonalized m = 32, m_out = 16", ["QjlOutliers"],
@@ -103,7 +103,7 @@ def scores_outlier_inputs(rng, b, h, g, lq, groups, group, d, m, mo, hadamard=Fa
 
 def _scores_vectors():
     rng = np.random.default_rng(seed_for("kv.qjl.scores_outliers"))
-    v = _Vectors()
+    v = Vectors()
     v.add("2 groups of 4, m = 24, m_out = 8 (the two scales differ)", ["QjlOutliers", "QjlScale"],
           scores_outlier_inputs(rng, 1, 2, 1, 2, 2, 4, 16, 24, 8))
     v.add("GQA 2 query heads per KV head, orthogonalized m = 32, m_out = 16", ["QjlOutliers", "QjlHeads"],
@@ -155,7 +155,7 @@ OPERATIONS = [
                outputs=("signs", "norms", "outlier_signs", "outlier_norms"),
                summary="k, S, outliers, outlier_dim -> inlier signs (m rows), ||k||, outlier signs (first m_out "
                        "rows), ||k_out||", vectors=_sketch_vectors, examples=_examples(_sketch_example),
-               compare=_compare_sketch_outliers),
+               compare=compare_sketch_outliers),
     AREA.bounded("qjl.scores_outliers", qjl.scores_outliers, anchor="qjl-outliers",
                  summary="both sketches' estimates summed, each with its own norm and 1/m",
                  vectors=_scores_vectors, examples=_examples(_scores_example), emulate=qjl.emulate_scores_outliers,
