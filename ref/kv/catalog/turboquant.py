@@ -104,9 +104,10 @@ def _keys(rng, shape, outlier: bool = True) -> np.ndarray:
     return x
 
 
-def _projection(rng, m: int, d: int) -> np.ndarray:
-    """Integers in [-8, 8] times 2^-3 (a stand-in for N(0, 1): exact in every dtype)."""
-    return rng.integers(-8, 9, (m, d)).astype(np.float64) / 8
+def _projection(rng, m: int, d: int, dtype=np.float32) -> np.ndarray:
+    """Integers in [-8, 8] times 2^-3 (a stand-in for N(0, 1): exact in every dtype; float32
+    in most vectors to keep the files small, read as float64 all the same)."""
+    return (rng.integers(-8, 9, (m, d)).astype(np.float64) / 8).astype(dtype)
 
 
 def _close(kind: str):
@@ -206,9 +207,9 @@ def quantize_mse_vectors() -> list[VectorSpec]:
     specs = []
     for comment, flags, x, rot in _cache_cases(rng):
         specs.append(VectorSpec(comment, flags, Case({"x": x, "rotation": rot})))
-    x, rot = _keys(rng, (1, 1, 8, 64)), hadamard_rotation(rng, 64)
-    specs += [VectorSpec(f"{b} bits", ("SphereDensity", "Midpoints"), Case({"x": x, "rotation": rot}, {"bits": b}))
-              for b in tq.MSE_BITS]
+    x, rot = _keys(rng, (1, 1, 16, 16)), hadamard_rotation(rng, 16)
+    specs += [VectorSpec(f"{b} bits, d = 16", ("SphereDensity", "Midpoints"),
+                         Case({"x": x, "rotation": rot}, {"bits": b})) for b in tq.MSE_BITS]
     return specs + _invalid_encode(rng, {})
 
 
@@ -247,12 +248,13 @@ def quantize_prod_vectors() -> list[VectorSpec]:
         d = x.shape[-1]
         specs.append(VectorSpec(comment, (*flags, "ProdBits"), Case({"x": x, "rotation": rot,
                                                                      "projection": _projection(rng, d, d)})))
-    x, rot = _keys(rng, (1, 1, 8, 64)), hadamard_rotation(rng, 64)
-    specs += [VectorSpec(f"{b} bits: a {b - 1}-bit MSE code and the sign bit", ("ProdBits", "SphereDensity"),
-                         Case({"x": x, "rotation": rot, "projection": _projection(rng, 64, 64)}, {"bits": b}))
+    x16, rot16 = _keys(rng, (1, 1, 16, 16)), hadamard_rotation(rng, 16)
+    specs += [VectorSpec(f"{b} bits, d = 16: a {b - 1}-bit MSE code and the sign bit", ("ProdBits", "SphereDensity"),
+                         Case({"x": x16, "rotation": rot16, "projection": _projection(rng, 16, 16)}, {"bits": b}))
               for b in tq.PROD_BITS]
-    specs.append(VectorSpec("a sketch of m = 32 rows for d = 64", ("SketchScale",),
-                            Case({"x": x, "rotation": rot, "projection": _projection(rng, 32, 64)})))
+    x, rot = _keys(rng, (1, 1, 8, 64)), hadamard_rotation(rng, 64)
+    specs.append(VectorSpec("a sketch of m = 32 rows for d = 64 (a float64 projection)", ("SketchScale",),
+                            Case({"x": x, "rotation": rot, "projection": _projection(rng, 32, 64, np.float64)})))
     s16 = _projection(rng, 16, 16)
     specs += _invalid_encode(rng, {"projection": s16})
     specs.append(VectorSpec("a projection of the wrong width is rejected", (INVALID_INPUT,),
