@@ -187,8 +187,10 @@ def _cache_cases(rng):
 def _invalid_encode(rng, extra: dict) -> list[VectorSpec]:
     x = _keys(rng, (1, 1, 4, 16))
     r = hadamard_rotation(rng, 16)
-    bad = lambda comment, **inputs: VectorSpec(comment, (INVALID_INPUT,), Case({"x": x, "rotation": r, **extra,  # noqa: E731
-                                                                                 **inputs}), "invalid")
+
+    def bad(comment, **inputs):
+        return VectorSpec(comment, (INVALID_INPUT,), Case({"x": x, "rotation": r, **extra, **inputs}), "invalid")
+
     skew = r.copy()
     skew[0, 0] *= 2
     return [
@@ -225,9 +227,11 @@ def dequantize_mse_vectors() -> list[VectorSpec]:
                                     Case({"codes": codes, "norms": norms, "rotation": rot}, {"bits": b})))
     rot = hadamard_rotation(rng, 16)
     codes, norms = rng.integers(0, 4, (3, 16)), rng.integers(1, 9, 3) * 0.5
-    bad = lambda comment, **inputs: VectorSpec(comment, (INVALID_INPUT,), Case({"codes": codes, "norms": norms,  # noqa: E731
-                                                                                 "rotation": rot, **inputs},
-                                                                                {"bits": 2}), "invalid")
+
+    def bad(comment, **inputs):
+        return VectorSpec(comment, (INVALID_INPUT,), Case({"codes": codes, "norms": norms, "rotation": rot, **inputs},
+                                                          {"bits": 2}), "invalid")
+
     return specs + [
         VectorSpec("uint8 codes, float32 norms", ("InputDtype",),
                    Case({"codes": codes.astype(np.uint8), "norms": norms.astype(np.float32), "rotation": rot})),
