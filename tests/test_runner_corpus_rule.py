@@ -25,6 +25,7 @@ from corpus import (
     formats_impls,
     groups_layouts,
     kernel_bugs,
+    kv_oscar,
     quant_awq,
     quant_gemm,
     quant_gptq,
@@ -84,7 +85,8 @@ def _entries():
     # registries of (op, flag, kernel) entries whose module builds each kernel by `bug(name)`
     by_bug = ((specdec_rejection, "REJECTION_BUGS"), (quant_awq, "AWQ_BUGS"), (quant_lattice, "LATTICE_BUGS"),
               (quant_hqq, "HQQ_BUGS"), (quant_hadamard, "HADAMARD_BUGS"), (quant_rtn, "RTN_BUGS"),
-              (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"))
+              (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"),
+              (kv_oscar, "OSCAR_BUGS"))
     for module, registry in by_bug:
         for name, (op, flag, _) in getattr(module, registry).items():
             out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
@@ -106,6 +108,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "quant_rtn": {"RTN_BUGS", "PACK_BUGS"},
               "quant_gemm": {"GEMM_BUGS"},
               "quant_gptq": {"GPTQ_BUGS"},
+              "kv_oscar": {"OSCAR_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
@@ -130,6 +133,8 @@ def _params():
         marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
         if key[0] in ("RTN_BUGS", "PACK_BUGS") and key[1] not in quant_rtn.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # about 0.5 s each: the issue's own entries stay in the default profile
+        if key[0] == "OSCAR_BUGS" and key[1] not in kv_oscar.DEFAULT_PROFILE:
+            marks.append(pytest.mark.deep)  # 0.1-0.2 s each: the issue's entries stay in the default profile
         if key[0] == "GPTQ_BUGS":
             marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)

@@ -32,8 +32,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer, real
 
-__all__ = ["LEVELS", "OscarCodes", "bits_per_element", "clip_rows", "decode", "dequantize", "encode", "pack",
-           "quantize", "unpack", "windows"]
+__all__ = ["LEVELS", "OscarCodes", "bits_per_element", "check_cache", "check_rotation", "clip_rows", "decode",
+           "dequantize", "encode", "pack", "quantize", "unpack", "windows"]
 
 LEVELS = 3  # 2^2 - 1: the largest INT2 code
 _SPAN_FLOOR = np.float32(1e-8)  # the reference's floor on max - min (as a float32 constant)
@@ -200,7 +200,8 @@ class OscarCodes:
     group: int
 
 
-def _rotation(r: ArrayLike, d: int, name: str) -> NDArray[np.float64]:
+def check_rotation(r: ArrayLike, d: int, name: str) -> NDArray[np.float64]:
+    """r as a float64 [d, d] orthogonal matrix (|R R^T - I| <= 1e-5), or a ValueError naming `name`."""
     arr = np.asarray(r)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name}: expected a float array, got {arr.dtype}")
@@ -215,7 +216,8 @@ def _rotation(r: ArrayLike, d: int, name: str) -> NDArray[np.float64]:
     return r64
 
 
-def _cache(x: ArrayLike, name: str) -> NDArray[np.float64]:
+def check_cache(x: ArrayLike, name: str) -> NDArray[np.float64]:
+    """x as float64 [B, H, T, D] with finite values, or an error naming `name`."""
     arr = np.asarray(x)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name}: expected a float array, got {arr.dtype}")
@@ -231,9 +233,9 @@ def encode(x: ArrayLike, r: ArrayLike, *, clip_ratio: float = 0.96, group: int =
            recent: int = 256) -> OscarCodes:
     """x [B, H, T, D] -> OscarCodes: rows rotated (x @ r, float64), the middle tokens
     rounded to float32, quantized and packed; sink and recent kept."""
-    x64 = _cache(x, "x")
+    x64 = check_cache(x, "x")
     d = x64.shape[-1]
-    r64 = _rotation(r, d, "r")
+    r64 = check_rotation(r, d, "r")
     xr = x64 @ r64  # [B, H, T, D]
     n_sink, n_mid, _ = windows(x64.shape[2], sink=sink, recent=recent)
     codes, scales, zeros = quantize(xr[:, :, n_sink:n_sink + n_mid], clip_ratio=clip_ratio, group=group)

@@ -28,8 +28,8 @@ __all__ = ["attend", "emulate_attend"]
 
 
 def _inputs(q, k, v, r_k, r_v):
-    k64, v64 = oscar._cache(k, "k"), oscar._cache(v, "v")
-    q64 = oscar._cache(q, "q")
+    k64, v64 = oscar.check_cache(k, "k"), oscar.check_cache(v, "v")
+    q64 = oscar.check_cache(q, "q")
     if v64.shape != k64.shape:
         raise ValueError(f"v: expected the shape of k {k64.shape}, got {v64.shape}")
     b, h, _, d = k64.shape
@@ -37,8 +37,8 @@ def _inputs(q, k, v, r_k, r_v):
         raise ValueError(f"q: expected [{b}, Hq, Lq, {d}], got {q64.shape}")
     if h == 0 or q64.shape[1] % h or q64.shape[1] == 0:
         raise ValueError(f"q: expected a positive multiple of the {h} KV heads, got {q64.shape[1]} query heads")
-    rk = np.eye(d) if r_k is None else oscar._rotation(r_k, d, "r_k")
-    rv = np.eye(d) if r_v is None else oscar._rotation(r_v, d, "r_v")
+    rk = np.eye(d) if r_k is None else oscar.check_rotation(r_k, d, "r_k")
+    rv = np.eye(d) if r_v is None else oscar.check_rotation(r_v, d, "r_v")
     return q64, k64, v64, rk, rv
 
 

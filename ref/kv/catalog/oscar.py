@@ -61,6 +61,22 @@ def _ties() -> np.ndarray:
     return ((m - 1.5) * 2.0**-4).astype(np.float32)[None, :]
 
 
+def _float32_boundary() -> np.ndarray:
+    """Rows [4, 128] of integers times 2^-10 / 3 in float32 whose codes, groups of 16, differ when the
+    steps x / scale + zero are taken in float64 (the first four such rows of a seeded draw)."""
+    rng = np.random.default_rng(seed_for("kv.oscar.quantize/float32 steps"))
+    rows = []
+    while len(rows) < 4:
+        x = (rng.integers(-(2**12), 2**12, 128) * 2.0**-10 / 3).astype(np.float32)
+        codes = oscar.quantize(x, clip_ratio=0.0, group=16)[0]
+        g = x.astype(np.float64).reshape(8, 16)
+        lo, hi = g.min(axis=1, keepdims=True), g.max(axis=1, keepdims=True)
+        s64 = np.maximum(hi - lo, 1e-8) / 3
+        if (np.floor(g / s64 - lo / s64 + 0.5).reshape(-1) != codes).any():
+            rows.append(x)
+    return np.stack(rows)
+
+
 def quantize_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("kv.oscar.quantize"))
     x = _rows(rng, (4, 128))
@@ -113,6 +129,8 @@ def quantize_vectors() -> list[VectorSpec]:
           Case({"x": x[:1]}, {"clip_ratio": -0.1}), "invalid"),
         v("a range that overflows float32 is rejected", ("InvalidInput",),
           Case({"x": np.float32([3e38, -3e38] * 8)[None, :]}, {"clip_ratio": 0.0, "group": 16}), "invalid"),
+        v("float32 rows whose float64 steps give other codes", ("Float32Codec",),
+          Case({"x": _float32_boundary()}, {"clip_ratio": 0.0, "group": 16})),
     ]
 
 
