@@ -157,8 +157,10 @@ OSCAR_BUGS = {
 }
 
 # The entries the issue names (and two more cheap ones) run in the default profile, the rest in `-m deep`.
-DEFAULT_PROFILE = {"rotation applied to queries but not keys", "round half to even where the reference rounds half up",
-                   "bit-reversal missing (eigenvalue order kept)", "quarter-row interleave replaced by sequential packing"}
+DEFAULT_PROFILE = {"rotation applied to queries but not keys",
+                   "round half to even where the reference rounds half up",
+                   "bit-reversal missing (eigenvalue order kept)",
+                   "quarter-row interleave replaced by sequential packing"}
 
 
 def bug(name: str) -> Implementation:
