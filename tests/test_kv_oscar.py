@@ -173,3 +173,30 @@ def test_covariances_of_one_head():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises((ValueError, TypeError), match=f"^{name}"):
         call()
+
+
+def _rounded_kernel(precision):
+    """The default kernel's two-pass attention on inputs stored at `precision`, its output
+    stored there too: a correct kernel of that precision, not the emulation."""
+    from ref.conformance.adapters import numpy_kv_oscar
+    from ref.formats.minifloat import round_to
+
+    def kernel(q, k, v, r_k=None, r_v=None, **params):
+        def rnd(x):
+            return None if x is None else round_to(np.asarray(x, np.float64), precision)
+        return round_to(numpy_kv_oscar.attend(rnd(q), rnd(k), rnd(v), r_k, r_v, **params), precision)
+    return kernel
+
+
+@pytest.mark.deep  # about 3 s: the runner and the vectors loaded for each precision
+@pytest.mark.parametrize("precision", ["bfloat16", "float16", "float32"])
+def test_attend_bound_passes_correct_kernels_and_rejects_controls(precision):
+    from ref.conformance.implementation import Implementation
+    from ref.conformance.runner import run
+
+    op = "kv.oscar.attend"
+    good = Implementation(f"two-pass at {precision}", {op: _rounded_kernel(precision)}, precision={op: precision})
+    assert run(good, ops=[op], examples=0).ok
+    zeros = Implementation("zeros", {op: lambda *a, **kw: np.zeros_like(oscar_attend.attend(*a, **kw))},
+                           precision={op: precision})
+    assert not run(zeros, ops=[op], examples=0).ok
