@@ -92,6 +92,8 @@ def covariances_vectors() -> list[VectorSpec]:
         v("one token", ("ValueWeights",), Case(qkv(1, 2, 1, 1, 4), {})),
         v("all-zero keys: weights 0, the sum floored at 1e-12, C_V = 0", ("ValueWeights",),
           Case({**qkv(1, 2, 1, 3, 4), "k": np.zeros((1, 1, 3, 4), np.float32)}, {})),
+        v("float64 activations", ("ValueWeights",),
+          Case({n: a.astype(np.float64) for n, a in qkv(1, 2, 1, 5, 4).items()}, {})),
         v("no tokens is rejected", ("InvalidInput", "EmptyInput"), Case(qkv(1, 2, 1, 0, 4), {}), "invalid"),
         v("3 query heads over 2 KV heads is rejected", ("InvalidInput",), Case(qkv(1, 3, 2, 4, 4), {}), "invalid"),
         v("NaN in v is rejected", ("InvalidInput", "NaN"),
@@ -159,6 +161,14 @@ def attend_vectors() -> list[VectorSpec]:
           "invalid"),
         v("NaN in k is rejected", ("InvalidInput", "NaN"),
           Case({**case(1, 2, 1, 1, 10, 16), "k": np.full((1, 1, 10, 16), np.nan, np.float32)}, small), "invalid"),
+        v("an empty cache (T = 0): no key seen, output 0", ("EmptyInput",),
+          Case({**case(1, 2, 1, 1, 1, 16), "k": np.zeros((1, 1, 0, 16), np.float32),
+                "v": np.zeros((1, 1, 0, 16), np.float32)}, small)),
+        v("float16 q, k, v", ("WindowEdge", "Random"),
+          Case({name: a.astype(np.float16) if name in "qkv" else a for name, a in case(1, 2, 1, 1, 20, 16).items()},
+               small)),
+        v("float64 q, k, v", ("QueryOnlyRotation",),
+          Case({name: a.astype(np.float64) for name, a in case(1, 2, 1, 1, 20, 16).items()}, small)),
     ]
 
 
