@@ -26,21 +26,21 @@ GROUP = Variant("group", (128, 64, 32, 16), 128, "channels per scale and zero po
 
 FLAGS = {
     "OscarHalfUp": Flag("codes rounded half to even (np.round, torch.round) where the reference adds 1/2 and truncates",
-                   "a value exactly between two levels takes the lower even code"),
+                        "a value exactly between two levels takes the lower even code"),
     "OscarFloatZeroPoint": Flag("the zero point rounded to an integer (KIVI, GPTQ) where OSCAR keeps -min/scale as a "
-                           "float", "the group minimum no longer decodes to itself; every code may move by one"),
+                                "float", "the group minimum no longer decodes to itself; every code may move by one"),
     "OscarClipScope": Flag("the clip threshold taken over the whole tensor or per group instead of per token row",
-                      "rows of small magnitude are not clipped, or rows of large magnitude are clipped hard"),
+                           "rows of small magnitude are not clipped, or rows of large magnitude are clipped hard"),
     "OscarClipRank": Flag("the threshold's rank off by one: round(ratio D), ceil, or ratio (D - 1) for floor(ratio D)",
-                     "one more or one fewer entry per row is clamped, and the scale follows"),
+                          "one more or one fewer entry per row is clamped, and the scale follows"),
     "OscarSpanFloor": Flag("a constant group's span 0 not floored at 1e-8: a division by zero",
-                      "NaN or Inf codes and zero points for constant or all-zero rows"),
+                           "NaN or Inf codes and zero points for constant or all-zero rows"),
     "OscarQuarterInterleave": Flag("four consecutive codes per byte (sequential) where the reference packs channels "
-                              "j, j + D/4, j + D/2, j + 3D/4", "the unpacked row is permuted"),
+                                   "j, j + D/4, j + D/2, j + 3D/4", "the unpacked row is permuted"),
     "OscarFloat32Codec": Flag("the codec in float64 where the reference computes in float32",
-                            "codes at a step boundary flip; scales differ in the last bit"),
+                              "codes at a step boundary flip; scales differ in the last bit"),
     "OscarTokenGroups": Flag("groups of G tokens of a channel (KIVI's keys) where OSCAR groups G channels of a token",
-                      "scales pair with the wrong elements"),
+                             "scales pair with the wrong elements"),
 }
 
 _P = 2.0**-5

@@ -33,21 +33,21 @@ BOUND = Bound(k=2.0, floor=8.0, scale="relative")
 
 FLAGS = {
     "OscarQueryOnlyRotation": Flag("R_K applied to the queries but not the keys (or R_V not undone on the output)",
-                              "scores q R . k are not q . k: attention reads a scrambled cache"),
+                                   "scores q R . k are not q . k: attention reads a scrambled cache"),
     "OscarBitReversal": Flag("P_br left out (eigenvalue order kept) or applied as its inverse",
-                        "high-variance directions share quantization groups"),
+                             "high-variance directions share quantization groups"),
     "OscarEigenOrder": Flag("eigenvalues ranked ascending (eigh's order) where P_br ranks them descending, or H and U "
-                       "composed in the other order", "another orthogonal R: a different spread of the variance"),
+                            "composed in the other order", "another orthogonal R: a different spread of the variance"),
     "OscarEigenSign": Flag("eigenvector signs left as the solver returns them",
                            "R's columns flip sign between solvers"),
     "OscarQueryGroups": Flag("a KV head's query group taken as heads h, h + H, ... (interleaved) instead of "
-                        "h g .. h g + g - 1", "C_K and C_V average the wrong queries"),
+                             "h g .. h g + g - 1", "C_K and C_V average the wrong queries"),
     "OscarValueWeights": Flag("C_V without the attention weights k^T C_q k, or the weights not normalised to mean 1",
-                         "the value rotation ignores which tokens attention reads"),
+                              "the value rotation ignores which tokens attention reads"),
     "OscarWindowEdge": Flag("the bf16 sink or recent window one token too long or too short",
-                       "a boundary token is quantized that should not be, or the reverse"),
+                            "a boundary token is quantized that should not be, or the reverse"),
     "OscarClipSwap": Flag("K's clip ratio (0.96) used for V or V's (0.92) for K", "values clipped too little or keys "
-                     "too much"),
+                          "too much"),
 }
 
 
