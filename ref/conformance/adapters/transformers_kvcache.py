@@ -112,7 +112,12 @@ def _grouped_param(p: np.ndarray, qaxis: int, shape, g: int) -> torch.Tensor:
 
 def dequantize(codes, scale, mn, *, axis: str = "channel", bits: int = 2, group: int = 32):
     qaxis = QUANTO_AXIS[axis]
-    c = _tensor(np.asarray(codes).astype(np.uint8))
+    codes, scale, mn = np.asarray(codes), np.asarray(scale), np.asarray(mn)
+    b, h, t, d = codes.shape
+    want = (b, h, t // group, d) if axis == "channel" else (b, h, t, d // group)
+    if scale.shape != want or mn.shape != want:  # this adapter's layout conversion needs KIVI's shapes
+        raise ValueError(f"scale, mn: expected {want} for codes {codes.shape}, got {scale.shape}, {mn.shape}")
+    c = _tensor(codes.astype(np.uint8))
     s = _grouped_param(np.asarray(scale), qaxis, c.shape, group)
     shift = _grouped_param(-np.asarray(mn), qaxis, c.shape, group)
     q = WeightQBitsTensor(_qtype(bits), qaxis, group, c.shape, c.stride(), group_codes(c, qaxis, group), s, shift)
@@ -190,4 +195,8 @@ def attend(q, k, v, *, bits_k: int = 2, bits_v: int = 2, group: int = 32, residu
 OPS = {"kv.kivi.quantize": quantize, "kv.kivi.dequantize": dequantize, "kv.kivi.cache": Cache,
        "kv.kivi.attend": attend}
 VARIANTS = {"kv.kivi.quantize": {"axis": ["channel", "token"], "bits": [2, 4], "group": [32, 16, 8, 4, 2, 128]},
-            "kv.kivi.dequantize": {"axis": ["channel", "token"], "bits": [2, 4], "group": [32, 16, 8, 4, 2, 128]}}
+            "kv.kivi.dequantize": {"axis": ["channel", "token"], "bits": [2, 4], "group": [32, 16, 8, 4, 2, 128]},
+            "kv.kivi.cache": {"bits_k": [2, 4], "bits_v": [2, 4], "group": [32, 2, 4, 8, 16],
+                              "residual": [128, 4, 8, 16, 32], "dtype": ["float16", "float32", "float64"]},
+            "kv.kivi.attend": {"bits_k": [2, 4], "bits_v": [2, 4]}}
+PRECISION = {"kv.kivi.attend": "float32"}
