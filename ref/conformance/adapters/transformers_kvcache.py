@@ -89,6 +89,12 @@ def _quantized(x: torch.Tensor, axis: str, bits: int, g: int):
     return layer._quantize(x.contiguous(), axis=layer.axis_key if axis == "channel" else layer.axis_value)
 
 
+def round_trip(x, *, axis: str = "channel", bits: int = 2, group: int = 32) -> np.ndarray:
+    """x quantized and dequantized as the cache stores it, for any shape quanto accepts
+    (its groups then need not be KIVI's)."""
+    return _quantized(_tensor(x), axis, _qtype(bits).bits, group).dequantize().numpy()
+
+
 def quantize(x, *, axis: str = "channel", bits: int = 2, group: int = 32):
     _qtype(bits)
     t = _tensor(x)
