@@ -343,3 +343,49 @@ def test_kivi_reference_constant_group_on_a_cpu_corrupts_its_word():
     assert codes[0, 0, 15, 2] == 0 and got[0, 0, 15, 2] == 2
     diff = got != codes
     assert diff.sum() == 1 and diff[0, 0, 15, 2]
+
+
+# ------------------------------------------------------------------ QJL's reference code
+
+
+def test_qjl_reference_sketch_and_packing_are_the_oracles():
+    """QJL's only pure-torch encoder, QJLSketch.qjl_qunatize (models/llama3_utils_qjl.py;
+    its scores are CUDA kernels), on integer keys and an integer projection (exact in
+    float32): its packed inlier bytes = ref.kv.qjl.pack_signs of sketch_outliers' signs
+    (bit = S k > 0, so 0 packs as -1; LSB first), and its outlier bytes = those of the
+    first m / 2 rows (the torch path keeps m / 16 bytes). Needs QJL_LLAMA3_UTILS, the path
+    of that file in a checkout; its one `device='cuda'` is dropped here."""
+    torch = _engine("torch")
+    qjl = pytest.importorskip("ref.kv.qjl")
+    path = os.environ.get("QJL_LLAMA3_UTILS")
+    if not path:
+        pytest.skip("QJL_LLAMA3_UTILS: the path of QJL's models/llama3_utils_qjl.py is not set")
+    import ast
+
+    tree = ast.parse(Path(path).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "QJLSketch")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "qjl_qunatize")
+
+    class CpuTorch:  # torch, but arange ignores the hard-coded device
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def arange(*args, device=None, **kwargs):
+            return torch.arange(*args, **kwargs)
+
+    scope = {"torch": CpuTorch()}
+    exec(compile(ast.Module([fn], type_ignores=[]), path, "exec"), scope)
+    rng = np.random.default_rng(18)
+    b, h, groups, g, d, m = 1, 2, 2, 4, 8, 16
+    k = rng.integers(-3, 4, (b, h, groups * g, d)).astype(np.float32)
+    k[0, 0, 1] = 0.0  # an all-zero key: every projection 0, every bit -1
+    S = rng.integers(-2, 3, (m, d)).astype(np.float32)
+    outliers = np.zeros((b, h, groups, d), bool)
+    outliers[..., :2] = True
+    inlier, outlier = scope["qjl_qunatize"](None, torch.from_numpy(k).reshape(b, h, groups, g, d),
+                                            torch.from_numpy(outliers.astype(np.float32)), torch.from_numpy(S))
+    signs, _, out_signs, _ = qjl.sketch_outliers(k, S, outliers, m // 2)
+    np.testing.assert_array_equal(inlier.numpy().reshape(b, h, groups * g, m // 8), qjl.pack_signs(signs))
+    np.testing.assert_array_equal(outlier.numpy().reshape(b, h, groups * g, m // 16), qjl.pack_signs(out_signs))
+    assert qjl.pack_signs(signs)[0, 0, 1].tolist() == [0, 0]
