@@ -132,6 +132,27 @@ def test_quanto_value_groups_span_tokens_when_g_exceeds_the_head_dim():
         kivi.quantize(v, axis="token", bits=2, group=4)
 
 
+def test_quantized_cache_defaults_quantize_keys_per_token():
+    """QuantizedCache("quanto") defaults to axis_key = axis_value = 0 (nbits 4, groups of 64,
+    residual 128): keys are grouped like values, G channels of one token (KIVI's keys: G
+    tokens of one channel). An outlier in channel 1 of token 0 moves token 0's channel 2,
+    not token 1's."""
+    _quanto()
+    import torch
+    from transformers import LlamaConfig
+    from transformers.cache_utils import QuantizedCache
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=1, num_key_value_heads=1)
+    layer = QuantizedCache("quanto", config).layers[0]
+    assert (layer.nbits, layer.axis_key, layer.axis_value, layer.q_group_size, layer.residual_length) == \
+        (4, 0, 0, 64, 128)
+    k = (torch.arange(2 * 64, dtype=torch.float32).reshape(1, 1, 2, 64) % 15) / 16
+    moved = k.clone()
+    moved[0, 0, 0, 1] = 64.0
+    a, b = (layer._quantize(x, axis=layer.axis_key).dequantize() for x in (k, moved))
+    assert a[0, 0, 0, 2] != b[0, 0, 0, 2] and torch.equal(a[0, 0, 1], b[0, 0, 1])
+
+
 # ------------------------------------------------------------------ QuantizedCache: another cache
 
 
