@@ -160,3 +160,28 @@ def test_default_kernel_passes_and_every_bug_fails_on_random_examples():
     assert run(load_implementation("ref.conformance.adapters.numpy_kv_kivi"), ops=["kv.kivi.*"], examples=40).ok
     for name in kv_kivi.KIVI_BUGS:
         assert not run(kv_kivi.bug(name), examples=20).ok, name
+
+
+def _attend_at(dtype):
+    """The default kernel's attention with its output rounded to `dtype` (a kernel at that precision)."""
+    from ref.conformance.adapters import numpy_kv_kivi as K
+
+    def kernel(q, k, v, **kw):
+        return K.attend(q, k, v, **kw).astype(dtype)
+    return kernel
+
+
+@pytest.mark.deep  # about 4 s: the failing controls are diagnosed vector by vector
+def test_attend_bound_passes_kernels_at_each_precision_and_rejects_controls():
+    from ml_dtypes import bfloat16
+
+    from ref.conformance.implementation import Implementation
+
+    op = "kv.kivi.attend"
+    for dtype in (np.float16, np.float32, bfloat16):
+        assert run(Implementation(f"at {dtype}", {op: _attend_at(dtype)}), ops=[op], examples=0).ok, dtype
+    controls = {"zeros": lambda q, k, v, **kw: np.zeros(np.shape(q), np.float32),
+                "keys never quantized": lambda q, k, v, **kw: _attend_at(np.float32)(
+                    q, k, v, **{**kw, "residual": 1 << 20})}
+    for name, kernel in controls.items():
+        assert not run(Implementation(name, {op: kernel}), ops=[op], examples=0).ok, name

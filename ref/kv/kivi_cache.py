@@ -94,12 +94,14 @@ class KiviCache:
         """The first call: P tokens split as `prefill_split` says; refused once prefilled."""
         if self.k_full is not None:
             raise ValueError("keys: the cache is already prefilled (prefill is the first call only)")
-        k, v = self._pair(keys, values)
+        self._split(*self._pair(keys, values))
+        return self.observe()
+
+    def _split(self, k: NDArray, v: NDArray) -> None:
         qk, qv = prefill_split(k.shape[2], self.residual)
         self.k_quant = [self._keys_quantized(k[:, :, :qk])] if qk else []
         self.v_quant = [self._values_quantized(v[:, :, :qv])] if qv else []
         self.k_full, self.v_full = k[:, :, qk:], v[:, :, qv:]
-        return self.observe()
 
     def decode(self, keys: Any, values: Any) -> dict:
         """One token [B, H, 1, D] of each: appended, then the flushes."""
@@ -142,7 +144,7 @@ def dequantized_cache(k: ArrayLike, v: ArrayLike, *, bits_k: int = 2, bits_v: in
         if np.asarray(arr).dtype not in DTYPES:
             raise TypeError(f"{name}: expected float16, float32 or float64, got {np.asarray(arr).dtype}")
     cache = KiviCache(bits_k=bits_k, bits_v=bits_v, group=group, residual=residual, dtype=str(np.asarray(k).dtype))
-    cache.prefill(k, v)
+    cache._split(*cache._pair(k, v))  # a prefill without its JSON observation
     return cache.view()
 
 
