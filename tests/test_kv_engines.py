@@ -410,3 +410,23 @@ def test_qjl_reference_sketch_and_packing_are_the_oracles():
     np.testing.assert_array_equal(inlier.numpy().reshape(b, h, groups * g, m // 8), qjl.pack_signs(signs))
     np.testing.assert_array_equal(outlier.numpy().reshape(b, h, groups * g, m // 16), qjl.pack_signs(out_signs))
     assert qjl.pack_signs(signs)[0, 0, 1].tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_kivi_reference_cache_is_kivi_cache(dtype):
+    """LlamaAttention_KIVI.forward (models/llama_kivi.py, the file beside KIVI_NEW_PACK's
+    quant/; its Triton quantizer and CUDA gemv stood in for by the reference's own pure-torch
+    quantizer and a dequantize-then-matmul) keeps, after a prefill of 37 tokens and each of
+    40 decodes (2 heads, D = 16, G = 8, R = 16, 2-bit keys, 4-bit values), the counts and the
+    dequantized [quantized | full] keys and values of kv.kivi.cache, bit for bit."""
+    kr = _kivi_reference()
+    if kr.ATTENTION is None:
+        pytest.skip(f"no models/llama_kivi.py beside KIVI_NEW_PACK ({kr.MODEL})")
+    rng = np.random.default_rng(19)
+    params = {"bits_k": 2, "bits_v": 4, "group": 8, "residual": 16, "dtype": dtype}
+    engine, oracle = kr.Cache(**params), KiviCache(**params)
+    for step in range(41):
+        k, v = (_ints(rng, (1, 2, 37 if step == 0 else 1, 16), np.float64) for _ in range(2))
+        got = engine.prefill(k, v) if step == 0 else engine.decode(k, v)
+        want = oracle.prefill(k, v) if step == 0 else oracle.decode(k, v)
+        assert got == want, step
