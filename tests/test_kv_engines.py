@@ -100,6 +100,16 @@ def test_quanto_single_group_tensor_is_quantized_per_element():
     assert codes.ravel().tolist() == [0, 1, 2, 3] and s.ravel().tolist() == [1.0] and mn.ravel().tolist() == [0.0]
     x2 = torch.tensor([0.0, 1.0, 2.0, 3.0] * 2).reshape(1, 1, 2, 4)  # two groups: min/max per group
     assert MaxOptimizer()(x2, qint2, 0, 4)[0].flatten().tolist() == [1.0, 1.0]
+    from transformers import LlamaConfig
+    from transformers.cache_utils import QuantizedCache
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=1, num_key_value_heads=1)
+    cache = QuantizedCache("quanto", config, nbits=2, axis_key=0, axis_value=0, q_group_size=4)
+    cache.update(x, x, 0)  # a one-token prompt, B = H = 1, D = G: the default axes reach it
+    assert cache.layers[0]._quantized_values._scale.flatten().tolist() == [0.0] * 4
+    kivi_axes = QuantizedCache("quanto", config, nbits=2, axis_key=-1, axis_value=0, q_group_size=4)
+    with pytest.raises(ValueError, match="divisor"):
+        kivi_axes.update(x, x, 0)  # KIVI's key axis refuses 1 token first
 
 
 def test_quanto_key_groups_cross_heads_when_g_does_not_divide_the_tokens():
