@@ -52,7 +52,7 @@ class KiviCache:
         self.residual = integer(residual, "residual", minimum=1)
         if self.residual % self.group:
             raise ValueError(f"residual: expected a multiple of group {self.group}, got {self.residual}")
-        if not isinstance(dtype, str) or np.dtype(dtype) not in DTYPES:
+        if dtype not in ("float16", "float32", "float64"):
             raise ValueError(f"dtype: expected 'float16', 'float32' or 'float64', got {dtype!r}")
         self.dtype = np.dtype(dtype)
         self.k_quant: list[NDArray] = []  # dequantized chunks [B, H, n, D], oldest first
