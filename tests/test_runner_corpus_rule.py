@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     kv_kivi,
+    kv_qjl,
     quant_awq,
     quant_gemm,
     quant_gptq,
@@ -86,7 +87,7 @@ def _entries():
     by_bug = ((specdec_rejection, "REJECTION_BUGS"), (quant_awq, "AWQ_BUGS"), (quant_lattice, "LATTICE_BUGS"),
               (quant_hqq, "HQQ_BUGS"), (quant_hadamard, "HADAMARD_BUGS"), (quant_rtn, "RTN_BUGS"),
               (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"),
-              (kv_kivi, "KIVI_BUGS"))
+              (kv_kivi, "KIVI_BUGS"), (kv_qjl, "QJL_BUGS"))
     for module, registry in by_bug:
         for name, (op, flag, _) in getattr(module, registry).items():
             out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
@@ -109,6 +110,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "quant_gemm": {"GEMM_BUGS"},
               "quant_gptq": {"GPTQ_BUGS"},
               "kv_kivi": {"KIVI_BUGS"},
+              "kv_qjl": {"QJL_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
