@@ -202,7 +202,8 @@ def attend(q, S, signs, norms, k_recent, v, outliers=None, outlier_signs=None, o
     else:
         sketched = scores_outliers(q, S, signs, norms, outliers, outlier_signs, outlier_norms)
     b, hq, lq, d = q.shape
-    if r.ndim != 4 or r.shape[0] != b or r.shape[3] != d or v.ndim != 4 or v.shape[:2] != r.shape[:2] or \
+    h = np.shape(signs)[1]  # the sketched keys' KV heads: k_recent and v must have as many
+    if r.ndim != 4 or r.shape[:2] != (b, h) or r.shape[3] != d or v.ndim != 4 or v.shape[:2] != r.shape[:2] or \
             v.shape[2] != sketched.shape[3] + r.shape[2]:
         raise ValueError(f"shapes: k_recent {r.shape}, v {v.shape} for {sketched.shape[3]} sketched keys")
     heads = kv_head_of(hq, r.shape[1])

@@ -24,8 +24,8 @@ from ref.testing.catalog_types import Flag, seed_for
 from ref.testing.compare import Comparison, compare_exact, compare_parts, compare_values
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["FLAGS", "H16", "OPERATIONS", "SCORE_BOUND", "Vectors", "compare_sketch_outliers", "hadamard_projection",
-           "integer_projection", "keys", "scores_inputs"]
+__all__ = ["FLAGS", "H16", "OPERATIONS", "SCORE_BOUND", "Vectors", "compare_sketch_outliers", "fine_keys",
+           "hadamard_projection", "integer_projection", "keys", "scores_inputs"]
 
 SCORE_BOUND = Bound(k=2.0, floor=4.0, scale="relative")
 
@@ -43,11 +43,19 @@ FLAGS = {
     "QjlHeads": Flag("query head h read against KV head h % H (interleaved) instead of h // g",
                      "GQA heads scored against another head's keys"),
     "QjlOutliers": Flag("outlier channels not excluded from the inlier sketch, the outlier sketch taken over all "
-                        "m rows, or the inlier norm taken as ||k|| (outliers not subtracted)",
+                        "m rows, the inlier norm taken as ||k|| (outliers not subtracted) or without the clamp at 0, "
+                        "or a group's (or KV head's) mask applied to other tokens or heads",
                         "outlier mass counted twice, or with the wrong scale"),
-    "QjlOutlierSelection": Flag("outliers chosen per token instead of per group of tokens, by max |k| instead "
-                                "of the norm over the group, or ties to the higher index",
+    "QjlOutlierSelection": Flag("outliers chosen per token instead of per group of tokens, over all tokens or all "
+                                "heads at once, with tokens put in groups strided, by max |k| or the L1 sum instead "
+                                "of the norm over the group, with the energies summed in float16, or ties to the "
+                                "higher index (or left to an unstable sort)",
                                 "other channels kept as outliers"),
+    "QjlPrecision": Flag("an input or intermediate kept in float16 inside a float32 kernel (keys, query, query "
+                         "sketch S q, recent keys, values), or the norm taken as the float32 root of a float32 sum "
+                         "or rounded twice (through float32 to float16)",
+                         "errors of 2^-11 where the bound allows float32's, a sign flipped where S k is tiny, a norm "
+                         "one unit off"),
 }
 
 # Sylvester's Hadamard matrix of order 16 (entries +-1, rows orthogonal, norm 4 = sqrt(16))
@@ -58,6 +66,12 @@ H16 = np.kron(np.kron(_H2, _H2), np.kron(_H2, _H2))
 def keys(rng, shape, shift: int = 5, top: int = 127, dtype=np.float32) -> np.ndarray:
     """Integers in [-top, top] times 2^-shift: exact in float16 (top < 2^11) and float32."""
     return (rng.integers(-top, top + 1, shape) * 2.0**-shift).astype(dtype)
+
+
+def fine_keys(rng, shape, dtype=np.float32) -> np.ndarray:
+    """Integers in [-4095, 4095] times 2^-12: 13 significant bits, exact in float32 but not in
+    float16 (a half copy rounds them), their squares' sums not exact in a float32 sum."""
+    return (rng.integers(-4095, 4096, shape) * 2.0**-12).astype(dtype)
 
 
 def integer_projection(rng, m: int, d: int, dtype=np.float32) -> np.ndarray:
@@ -130,6 +144,24 @@ def _sketch_vectors():
     v.add("Inf in S", ["InvalidInput", "NaN"], {**good, "S": badS}, result="invalid")
     v.add("k of rank 3", ["InvalidInput"], {**good, "k": good["k"][0]}, result="invalid")
     v.add("integer keys", ["InvalidInput"], {**good, "k": good["k"].astype(np.int32)}, result="invalid")
+    # issue 15 (adversary qjl): vectors appended here so that the ids above do not move
+    fine = fine_keys(rng, (1, 2, 16, 16))
+    S = integer_projection(rng, 24, 16)
+    S[0] = 0
+    S[0, :2] = 1
+    fine[0, 0, 0] = 0
+    fine[0, 0, 0, :2] = 1 + 2.0**-12, -1  # S k = 2^-12 on row 0: +1 (a float16 copy of k gives 0, so -1)
+    v.add("float32 keys of 13 significant bits: S k exact in float32, not in float16; token 0 has S k = 2^-12 on "
+          "row 0; norms not exact in a float32 sum", ["QjlPrecision", "QjlNorm", "QjlSignZero"], {"k": fine, "S": S})
+    mid = np.zeros((1, 1, 4, 8))
+    mid[0, 0, :, 0] = [1 + 2.0**-11 + 2.0**-40, -(1 + 2.0**-8 + 2.0**-40), 3 * (1 + 2.0**-11 + 2.0**-40),
+                       1 - 2.0**-12 - 2.0**-40]
+    v.add("float64 keys whose norms lie just past a float16 (or bfloat16) rounding midpoint: rounded to float16 "
+          "directly they go up, through float32 they tie and go to even", ["QjlPrecision", "QjlNorm"],
+          {"k": mid, "S": integer_projection(rng, 8, 8, np.float64)})
+    v.add("S with m = 0 rows", ["InvalidInput"], {**good, "S": good["S"][:0]}, result="invalid")
+    v.add("k of rank 5 (its last two axes of size D)", ["InvalidInput"],
+          {**good, "k": keys(rng, (1, 1, 1, 16, 16))}, result="invalid")
     return v
 
 
@@ -144,6 +176,8 @@ def _pack_vectors():
     v.add("no rows", ["EmptyInput"], {"signs": np.ones((0, 8), np.int8)})
     v.add("m = 12, not a multiple of 8", ["InvalidInput"], {"signs": np.ones((2, 12), np.int8)}, result="invalid")
     v.add("a sign 0", ["InvalidInput", "QjlSignZero"], {"signs": np.zeros((1, 8), np.int8)}, result="invalid")
+    # issue 15: signs are int8 (the sketch's dtype); other integer dtypes of +-1 are refused
+    v.add("int32 signs +-1", ["InvalidInput"], {"signs": np.ones((1, 8), np.int32)}, result="invalid")
     return v
 
 
@@ -209,6 +243,18 @@ def _scores_vectors():
           result="invalid")
     v.add("norms of shape [B, H, T - 1]", ["InvalidInput"], {**good, "norms": good["norms"][..., 1:]},
           result="invalid")
+    # issue 15 (adversary qjl): vectors appended here so that the ids above do not move
+    fine = scores_inputs(rng, 1, 2, 2, 2, 6, 16, 24)
+    fine["q"] = fine_keys(rng, fine["q"].shape)
+    fine["q"][0, 0, 0] = 0
+    fine["q"][0, 0, 0, 0] = 1 + 2.0**-12
+    fine["S"][1::2] = fine_keys(rng, fine["S"][1::2].shape) * 4
+    fine["signs"], _ = qjl.sketch(keys(rng, (1, 2, 6, 16)), fine["S"])
+    fine["norms"] = (rng.integers(1, 4096, (1, 2, 6)) * 2.0**-10).astype(np.float32)
+    v.add("float32 q, S and norms of 13 significant bits (a float16 copy of q or of S q is 2^-12 off)",
+          ["QjlPrecision"], fine)
+    v.add("q of batch 1 against signs and norms of batch 2", ["InvalidInput"],
+          {**scores_inputs(rng, 2, 1, 1, 1, 2, 16, 16), "q": keys(rng, (1, 1, 1, 16))}, result="invalid")
     return v
 
 

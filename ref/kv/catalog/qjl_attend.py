@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from ref.kv import qjl_attend
 from ref.kv.catalog.common import AREA
-from ref.kv.catalog.qjl import Vectors, keys, scores_inputs
-from ref.kv.catalog.qjl_outliers import scores_outlier_inputs
+from ref.kv.catalog.qjl import Vectors, fine_keys, keys, scores_inputs
+from ref.kv.catalog.qjl_outliers import clamp_inputs, scores_outlier_inputs
 from ref.testing.bounded import Bound
 from ref.testing.catalog_types import Flag, seed_for
 from ref.testing.vector_files import Case
@@ -23,6 +23,8 @@ from ref.testing.vector_files import Case
 __all__ = ["FLAGS", "OPERATIONS", "attend_inputs"]
 
 FLAGS = {
+    "QjlLargeLogits": Flag("the softmax taken without subtracting the row maximum",
+                           "logits / sqrt(D) past 88 (float32) or 709 (float64) overflow exp: NaN out"),
     "QjlRecent": Flag("the full-precision recent keys left out of the softmax, or their logits taken without the "
                       "1/sqrt(D) scale", "the newest tokens weighted wrong"),
 }
@@ -62,6 +64,25 @@ def _vectors():
           result="invalid")
     v.add("outliers without their signs and norms", ["InvalidInput"],
           {**good, "outliers": np.zeros((1, 1, 3, 16), bool)}, result="invalid")
+    # issue 15 (adversary qjl): vectors appended here so that the ids above do not move
+    fine = attend_inputs(rng, 1, 2, 1, 2, 4, 3)
+    fine["k_recent"] = fine_keys(rng, fine["k_recent"].shape) * 4  # logits of a few units
+    fine["v"] = fine_keys(rng, fine["v"].shape)
+    v.add("float32 recent keys and values of 13 significant bits (a float16 copy is 2^-12 off)",
+          ["QjlPrecision", "QjlRecent"], fine)
+    big = attend_inputs(rng, 1, 1, 2, 2, 2, 4)
+    big["q"] = (16 + keys(rng, big["q"].shape)).astype(np.float32)
+    big["k_recent"] = (16 + keys(rng, big["k_recent"].shape)).astype(np.float32)
+    v.add("recent logits / sqrt(D) near 1000 (a few units apart): exp overflows without the row maximum, even in "
+          "float64", ["QjlLargeLogits", "QjlRecent"], big)
+    c = clamp_inputs()
+    v.add("with outliers, outlier norm 2 > norm 1 (token 0): the inlier norm clamps at 0", ["QjlOutliers"],
+          {**c, "k_recent": keys(rng, (1, 1, 1, 8)), "v": keys(rng, (1, 1, 3, 4))}, **{})
+    good2 = attend_inputs(rng, 1, 2, 1, 1, 2, 1)
+    v.add("k_recent of 1 KV head for sketched keys and values of 2", ["InvalidInput"],
+          {**good2, "k_recent": good2["k_recent"][:, :1]}, result="invalid")
+    v.add("k_recent and v of 1 KV head for sketched keys of 2", ["InvalidInput"],
+          {**good2, "k_recent": good2["k_recent"][:, :1], "v": good2["v"][:, :1]}, result="invalid")
     return v
 
 

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from ref.kv import qjl
 from ref.kv.catalog.common import AREA
-from ref.kv.catalog.qjl import (SCORE_BOUND, Vectors, compare_sketch_outliers, hadamard_projection,
+from ref.kv.catalog.qjl import (SCORE_BOUND, Vectors, compare_sketch_outliers, fine_keys, hadamard_projection,
                                 integer_projection, keys)
 from ref.testing.catalog_types import seed_for
 from ref.testing.compare import compare_exact
 from ref.testing.vector_files import Case
 
-__all__ = ["FLAGS", "OPERATIONS", "outlier_keys"]
+__all__ = ["FLAGS", "OPERATIONS", "clamp_inputs", "outlier_keys", "varied_outlier_keys"]
 
 FLAGS: dict = {}  # ref.kv.catalog.qjl's
 
@@ -30,6 +30,19 @@ def outlier_keys(rng, b, h, t, d, channels=(2, 11), dtype=np.float32) -> np.ndar
     """Keys with the given channels 8x larger (integers times 2^-2 instead of 2^-5)."""
     k = keys(rng, (b, h, t, d), dtype=np.float64)
     k[..., list(channels)] *= 8
+    return k.astype(dtype)
+
+
+def varied_outlier_keys(rng, b, h, groups, group, d, count=3, dtype=np.float32) -> np.ndarray:
+    """Keys whose `count` outlier channels differ from group to group and from head to head:
+    each (batch, head, group) gets its own channels, 8x larger with distinct weights (1..count
+    extra units), so that per-tensor, per-layer, strided or tiled groupings pick others."""
+    k = keys(rng, (b, h, groups * group, d), dtype=np.float64)
+    for i in np.ndindex(b, h, groups):
+        chans = rng.choice(d, count, replace=False)
+        rows = slice(i[2] * group, (i[2] + 1) * group)
+        k[i[0], i[1], rows][:, chans] = (rng.integers(64, 128, (group, count)) * np.sign(
+            rng.integers(0, 2, (group, count)) - 0.5) + np.arange(count) * 8) * 2.0**-2
     return k.astype(dtype)
 
 
@@ -64,6 +77,33 @@ def _outliers_vectors():
     v.add("group 4 does not divide T = 6", ["InvalidInput"], {**good, "group": _i(4)}, result="invalid")
     v.add("count 9 > D = 8", ["InvalidInput"], {**good, "count": _i(9)}, result="invalid")
     v.add("group 0", ["InvalidInput"], {**good, "group": _i(0)}, result="invalid")
+    # issue 15 (adversary qjl): vectors appended here so that the ids above do not move
+    v.add("H = 2, 3 groups of 2 tokens, count 3: the outlier channels differ per group and per head (chosen "
+          "per tensor, per layer, or with strided groups they differ)", ["QjlOutlierSelection"],
+          {"k": varied_outlier_keys(rng, 1, 2, 3, 2, 16), "group": _i(2), "count": _i(3)})
+    k = np.zeros((1, 2, 4, 4), np.float32)
+    k[0, 0, 0, 0], k[0, 0, 1, 3], k[0, 0, 2, 1], k[0, 0, 3, 2] = 3, 2, 1, 1
+    k[0, 1, 0, 2], k[0, 1, 1, 1], k[0, 1, 2, 3], k[0, 1, 3, 0] = 3, 2, 1, 1
+    v.add("per group and per head the top channel differs (group 2, count 1)", ["QjlOutlierSelection"],
+          {"k": k, "group": _i(2), "count": _i(1)})
+    l1 = np.array([[[[3, 2], [0, 2]]]], np.float32)
+    v.add("energy 9 (channel 0) against 8 (channel 1), L1 3 against 4: the norm picks channel 0",
+          ["QjlOutlierSelection"], {"k": l1, "group": _i(2), "count": _i(1)})
+    ties = rng.integers(1, 4, (1, 1, 8, 16)).astype(np.float32)
+    ties[0, 0, 0, :4] = [1, 1, 2, 2]
+    v.add("ties at the cutoff, per token: values in {1, 2, 3} over D = 16, count 5 (token 0 starts 1, 1, 2, 2: "
+          "channel 2 before 3); an unstable sort picks others", ["QjlOutlierSelection"],
+          {"k": ties, "group": _i(1), "count": _i(5)})
+    ties1 = np.zeros((1, 1, 1, 4), np.float32)
+    ties1[0, 0, 0] = [1, 1, 2, 2]
+    v.add("[1, 1, 2, 2], count 1: channel 2", ["QjlOutlierSelection"],
+          {"k": ties1, "group": _i(1), "count": _i(1)})
+    big = np.zeros((1, 1, 3, 4), np.float32)
+    big[0, 0, 0, :2] = 256, 300
+    big[0, 0, 1, :2] = 2048, 2049
+    big[0, 0, 2, :3] = 255, -300, 299
+    v.add("channels in the hundreds and thousands (256^2 overflows float16; 2049 rounds to 2048 in half)",
+          ["QjlOutlierSelection", "QjlPrecision"], {"k": big, "group": _i(1), "count": _i(1)})
     return v
 
 
@@ -90,6 +130,22 @@ def _sketch_vectors():
           {**good, "outliers": np.concatenate([good["outliers"]] * 2, axis=2)[:, :, :3]}, result="invalid")
     v.add("a float mask", ["InvalidInput"], {**good, "outliers": good["outliers"].astype(np.float32)},
           result="invalid")
+    # issue 15 (adversary qjl): vectors appended here so that the ids above do not move
+    k = varied_outlier_keys(rng, 1, 2, 3, 2, 16)
+    v.add("H = 2, 3 groups of 2 tokens, count 3: masks differ per group and per head (a tiled group-to-token map "
+          "or head 0's mask for every head gives other signs)", ["QjlOutliers"],
+          {"k": k, "S": integer_projection(rng, 24, 16), "outliers": qjl.outlier_channels(k, 2, 3),
+           "outlier_dim": _i(8)})
+    k = np.array([[[[1, 0], [1, 0], [0, 1], [0, 1]]], [[[0, 1], [0, 1], [1, 0], [1, 0]]]], np.float32)
+    k = k.reshape(1, 2, 4, 2)
+    v.add("2 heads, 2 groups of 2 tokens, each token's only channel its group's outlier: every inlier sign -1",
+          ["QjlOutliers", "QjlSignZero"], {"k": k, "S": np.eye(2, dtype=np.float32),
+                                           "outliers": qjl.outlier_channels(k, 2, 1), "outlier_dim": _i(1)})
+    fine = fine_keys(rng, (1, 1, 8, 16))
+    v.add("float32 keys of 13 significant bits (norms not exact in a float32 sum)", ["QjlPrecision", "QjlNorm"],
+          {"k": fine, "S": integer_projection(rng, 16, 16), "outliers": qjl.outlier_channels(fine, 4, 2),
+           "outlier_dim": _i(8)})
+    v.add("outlier_dim 0", ["InvalidInput"], {**good, "outlier_dim": _i(0)}, result="invalid")
     return v
 
 
@@ -114,7 +170,31 @@ def _scores_vectors():
           {**good, "outlier_signs": np.concatenate([good["signs"], good["outlier_signs"]], -1)}, result="invalid")
     v.add("a negative outlier norm", ["InvalidInput"], {**good, "outlier_norms": -good["outlier_norms"] - 1},
           result="invalid")
+    # issue 15 (adversary qjl): vectors appended here so that the ids above do not move
+    v.add("outlier norm 2 > norm 1 (token 0): the inlier norm clamps at 0 (a root of 1 - 4 is NaN)",
+          ["QjlOutliers"], clamp_inputs())
+    x = {"k": varied_outlier_keys(rng, 1, 2, 2, 2, 16), "S": integer_projection(rng, 24, 16)}
+    x["outliers"], x["outlier_dim"] = qjl.outlier_channels(x["k"], 2, 3), _i(8)
+    signs, norms, osigns, onorms = qjl.sketch_outliers(**x)
+    v.add("GQA 2 query heads per KV head, masks that differ per KV head and per group (count 3)",
+          ["QjlOutliers", "QjlHeads"],
+          {"q": keys(rng, (1, 4, 2, 16)), "S": x["S"], "signs": signs, "norms": norms.astype(np.float32),
+           "outliers": x["outliers"], "outlier_signs": osigns, "outlier_norms": onorms.astype(np.float32)})
+    fine = scores_outlier_inputs(rng, 1, 2, 1, 2, 2, 2, 16, 24, 8)
+    fine["q"] = fine_keys(rng, fine["q"].shape)
+    v.add("float32 q of 13 significant bits (a float16 copy of q or of S q is 2^-12 off)", ["QjlPrecision"], fine)
     return v
+
+
+def clamp_inputs() -> dict:
+    """One KV head, T = 2, D = 8, S = I: token 0's outlier norm (2) exceeds its norm (1)."""
+    q = np.ones((1, 1, 1, 8), np.float32)
+    q[..., 1::2] = 0.5
+    mask = np.zeros((1, 1, 1, 8), bool)
+    mask[..., 0] = True
+    return {"q": q, "S": np.eye(8, dtype=np.float32), "signs": np.ones((1, 1, 2, 8), np.int8),
+            "norms": np.array([[[1, 3]]], np.float32), "outliers": mask,
+            "outlier_signs": np.ones((1, 1, 2, 8), np.int8), "outlier_norms": np.array([[[2, 1]]], np.float32)}
 
 
 def _examples(inputs):
