@@ -200,3 +200,14 @@ def test_attend_bound_passes_correct_kernels_and_rejects_controls(precision):
     zeros = Implementation("zeros", {op: lambda *a, **kw: np.zeros_like(oscar_attend.attend(*a, **kw))},
                            precision={op: precision})
     assert not run(zeros, ops=[op], examples=0).ok
+
+
+def test_sign_tie_within_1e9_takes_the_first_entry(monkeypatch):
+    """A tie exact in real numbers that a solver returns an ulp apart still pins the first entry (spec/kv.md
+    #oscar-rotation: SIGN_TIE), so every solver gives the same R for C = [[2, 1], [1, 2]]."""
+    a, b = 0.7071067811865475, 0.7071067811865476  # |u_1| one ulp above |u_0|
+    u = np.array([[-a, b], [b, a]])
+    monkeypatch.setattr(np.linalg, "eigh", lambda c: (np.array([1.0, 3.0]), u.copy()))
+    r = oscar_rotation.rotation(np.array([[2.0, 1.0], [1.0, 2.0]]), composition="plain")
+    assert r[0, 0] > 0 and r[1, 0] < 0  # column 0 flipped by its first entry, not its (ulp-)largest
+    assert np.array_equal(r[:, 1], u[:, 1])

@@ -10,8 +10,8 @@ belongs to KV head j // g, g = Hq / H), in float64, N = B T tokens:
     w_t   = k_t^T C_q,h k_t,  w <- w N / sum(w)            (per head; sum floored at 1e-12)
     C_V   = mean_h sum_t w_t v_t v_t^T / N
 
-    C = U diag(lambda) U^T  (eigh: lambda ascending; each eigenvector's entry of largest
-                             magnitude, the first such, made positive)
+    C = U diag(lambda) U^T  (eigh: lambda ascending; in each eigenvector the first entry
+                             within 1e-9 of its largest magnitude made positive)
     R = U H P_br             H = Sylvester Hadamard / sqrt(D); P_br sends the eigenvalue of
                              rank i (descending) to column bitrev(i)
 
@@ -19,7 +19,8 @@ Rows are rotated as x R (keys and queries by R_K: q R_K . k R_K = q . k). The si
 convention is ours (eigenvectors are defined up to sign; the reference keeps whatever
 torch.linalg.eigh returns): R^T C R = P_br^T H diag(lambda) H P_br does not depend on it.
 Equal eigenvalues: rank order is eigh's ascending order reversed, so P_br is the fixed
-permutation perm[bitrev(i)] = D - 1 - i.
+permutation perm[bitrev(i)] = D - 1 - i; C does not determine U within a repeated
+eigenvalue's eigenspace, so this is one valid answer, not a judged rule (spec).
 
 Reference: arXiv 2605.17757 (Sections 3-4); FutureMLS-Lab/OSCAR@473ff3f
 rotation/compute_kv_rotation.py (`compute_qqt`, `compute_sst`, `make_br_perm_matrix`,
@@ -36,7 +37,9 @@ from numpy.typing import ArrayLike, NDArray
 from ref.arguments import integer, member
 from ref.quant.hadamard import hadamard_matrix
 
-__all__ = ["Composition", "bit_reversal", "covariances", "eigen_permutation", "rotation"]
+__all__ = ["SIGN_TIE", "Composition", "bit_reversal", "covariances", "eigen_permutation", "rotation"]
+
+SIGN_TIE = 1e-9  # entries of a unit eigenvector this close to its largest magnitude tie for the sign rule
 
 
 class Composition(enum.Enum):
@@ -130,7 +133,10 @@ def rotation(c: ArrayLike, *, composition: Composition | str = Composition.R_H_P
     d = c64.shape[0]
     _log2(d, "c: the head dim")
     _, u = np.linalg.eigh(c64)  # columns: eigenvectors, eigenvalues ascending
-    top = np.argmax(np.abs(u), axis=0)  # [D]: the first entry of largest magnitude
+    mag = np.abs(u)
+    # [D]: the first entry within SIGN_TIE of the column's largest magnitude (an exact tie such as 1/sqrt(2)
+    # twice comes back from a solver with either entry an ulp larger; the window makes it a tie for all)
+    top = np.argmax(mag >= mag.max(axis=0, initial=0.0) - SIGN_TIE, axis=0)
     u = u * np.where(u[top, np.arange(d)] < 0, -1.0, 1.0)
     if comp in (Composition.R_H_PBR, Composition.R_H):
         u = u @ hadamard_matrix(d)

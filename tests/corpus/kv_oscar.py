@@ -132,6 +132,111 @@ def _clips_swapped(q, k, v, r_k=None, r_v=None, *, k_clip=0.96, v_clip=0.92, **k
     return K.attend(q, k, v, r_k, r_v, k_clip=v_clip, v_clip=k_clip, **kw)
 
 
+def _unclamped(original):
+    return lambda rounded: rounded.astype(np.uint8)  # 4 stays 4
+
+
+def _wrapped(original):
+    return lambda rounded: (rounded.astype(np.int64) & 3).astype(np.uint8)  # 4 becomes 0
+
+
+def _reciprocal_steps(original):
+    return lambda groups, scale, zero: groups * (np.float32(1) / scale)[:, None] + zero[:, None]
+
+
+def _min_first_steps(original):
+    return lambda groups, scale, zero: (groups - groups.min(axis=1, keepdims=True)) / scale[:, None]
+
+
+def _float16_steps(original):
+    def steps_of(groups, scale, zero):
+        h = np.float16
+        return (groups.astype(h) / scale[:, None].astype(h) + zero[:, None].astype(h)).astype(np.float32)
+    return steps_of
+
+
+def _half_in_float64(original):
+    return lambda steps: np.floor(steps.astype(np.float64) + 0.5)
+
+
+def _expanded(original):
+    return lambda c, zero, scale: c * scale - zero * scale
+
+
+def _negated_min(original):
+    return lambda c, zero, scale: c * scale + -(zero * scale)
+
+
+def _decode_float64(original):
+    return lambda c, zero, scale: ((c.astype(np.float64) - zero) * scale).astype(np.float32)
+
+
+def _float16_scales(original):
+    def decode_groups(c, zero, scale):
+        return (c - zero.astype(np.float16).astype(np.float32)) * scale.astype(np.float16).astype(np.float32)
+    return decode_groups
+
+
+def _rank_float32(original):
+    def clip_threshold(rows, ratio):
+        d = rows.shape[1]
+        rank = min(int(np.float32(ratio) * np.float32(d)), d - 1)
+        return np.partition(np.abs(rows), rank, axis=1)[:, rank:rank + 1]
+    return clip_threshold
+
+
+def _bool_ratio(x, *, clip_ratio=0.96, **kw):
+    return K.quantize(x, clip_ratio=float(clip_ratio) if isinstance(clip_ratio, bool) else clip_ratio, **kw)
+
+
+def _scales_by_size(codes, scales, zeros, *, group=128):
+    c, s, z = np.asarray(codes), np.asarray(scales), np.asarray(zeros)
+    if c.ndim and s.size == z.size and c.shape[-1] % group == 0 and s.size * group == c.size:
+        head = (*c.shape[:-1], c.shape[-1] // group)  # only the number of scales checked
+        s, z = s.reshape(head), z.reshape(head)
+    return K.dequantize(c, s, z, group=group)
+
+
+def _symmetric_to_1e6(c, **kw):
+    a = np.asarray(c)
+    if a.dtype.kind == "f" and a.ndim == 2 and a.shape[0] == a.shape[1] and np.isfinite(a).all() \
+            and np.allclose(a, a.T, rtol=0, atol=1e-6):
+        a = (a + a.T) / 2  # nearly symmetric accepted
+    return K.rotation(a, **kw)
+
+
+def _sign_by_last(c, *, composition="r_h_pbr"):
+    u = K.rotation(c, composition="plain")  # U, signs pinned by the first entry
+    for j in range(u.shape[1]):
+        col = np.abs(u[:, j])
+        last = np.flatnonzero(col >= col.max() - 1e-9)[-1]  # ...now by the last of the tied entries
+        if u[last, j] < 0:
+            u[:, j] = -u[:, j]
+    d = u.shape[0]
+    if composition in ("r_h_pbr", "r_h"):
+        u = u @ K.hadamard(d)
+    if composition in ("r_h_pbr", "r_pbr"):
+        perm = np.empty(d, dtype=np.int64)
+        perm[K.bit_reversed(d)] = np.arange(d)[::-1]
+        u = u[:, perm]
+    return u
+
+
+def _scale_ignored(q, k, v, r_k=None, r_v=None, *, scale=None, **kw):
+    return K.attend(q, k, v, r_k, r_v, **kw)
+
+
+def _package_defaults(q, k, v, r_k=None, r_v=None, *, sink=32, recent=128, **kw):
+    return K.attend(q, k, v, r_k, r_v, sink=sink, recent=recent, **kw)
+
+
+def _recent_after_int2(original):
+    def windows(t, sink, recent):
+        s = min(t, sink)
+        return s, max(t - recent, s) if t > recent else t  # t <= W: every post-sink token INT2
+    return windows
+
+
 OSCAR_BUGS = {
     "rotation applied to queries but not keys": (ATT, "OscarQueryOnlyRotation", _keys_not_rotated),
     "round half to even where the reference rounds half up": (Q, "OscarHalfUp",
@@ -156,6 +261,31 @@ OSCAR_BUGS = {
     "value covariance without attention weights": (COV, "OscarValueWeights", _no_value_weights),
     "query groups interleaved": (COV, "OscarQueryGroups", _interleaved_groups),
     "K and V clip ratios swapped": (ATT, "OscarClipSwap", _clips_swapped),
+    # issue 15 (an adversary's accepted mutants)
+    "codes not clamped at 3": (Q, "OscarCodeClamp", patched(K.quantize, K, "clamp_codes", _unclamped)),
+    "codes wrapped (& 3) instead of clamped": (Q, "OscarCodeClamp", patched(K.quantize, K, "clamp_codes", _wrapped)),
+    "steps as x * (1/scale) + zero": (Q, "OscarFloat32Codec",
+                                      patched(K.quantize, K, "steps_of", _reciprocal_steps)),
+    "steps as (x - min) / scale": (Q, "OscarFloat32Codec", patched(K.quantize, K, "steps_of", _min_first_steps)),
+    "steps in float16": (Q, "OscarFloat32Codec", patched(K.quantize, K, "steps_of", _float16_steps)),
+    "steps + 1/2 in float64": (Q, "OscarFloat32Codec", patched(K.quantize, K, "round_half_up", _half_in_float64)),
+    "dequantize as c s - z s": (DQ, "OscarFloat32Codec", patched(K.dequantize, K, "decode_groups", _expanded)),
+    "dequantize as c s + (-(z s))": (DQ, "OscarFloat32Codec",
+                                     patched(K.dequantize, K, "decode_groups", _negated_min)),
+    "dequantize in float64, rounded once": (DQ, "OscarFloat32Codec",
+                                            patched(K.dequantize, K, "decode_groups", _decode_float64)),
+    "dequantize with float16 scales and zeros": (DQ, "OscarFloat32Codec",
+                                                 patched(K.dequantize, K, "decode_groups", _float16_scales)),
+    "clip rank from the float32 product r D": (Q, "OscarClipRank",
+                                               patched(K.quantize, K, "clip_threshold", _rank_float32)),
+    "bool clip_ratio accepted": (Q, "InvalidInput", _bool_ratio),
+    "dequantize checks the number of scales, not their shape": (DQ, "InvalidInput", _scales_by_size),
+    "nearly symmetric covariance accepted (atol 1e-6)": (ROT, "InvalidInput", _symmetric_to_1e6),
+    "eigenvector sign pinned by the last tied entry": (ROT, "OscarEigenSign", _sign_by_last),
+    "attend ignores its scale argument": (ATT, "OscarAttendScale", _scale_ignored),
+    "attend defaults sink 32, recent 128 (the package's)": (ATT, "OscarServingDefaults", _package_defaults),
+    "post-sink tokens INT2 when T <= recent": (ATT, "OscarWindowEdge",
+                                               patched(K.attend, K, "windows", _recent_after_int2)),
 }
 
 # The entries the issue names (and two more cheap ones) run in the default profile, the rest in `-m deep`.

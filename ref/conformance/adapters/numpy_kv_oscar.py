@@ -48,8 +48,18 @@ def clip(rows: np.ndarray, ratio: float) -> np.ndarray:
     return np.clip(rows, -tau, tau)
 
 
+def steps_of(groups: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """[m, G] float32 -> x / scale + zero, each operation one float32 rounding."""
+    return groups / scale[:, None] + zero[:, None]
+
+
 def round_half_up(steps: np.ndarray) -> np.ndarray:
     return np.floor(steps + np.float32(0.5))
+
+
+def clamp_codes(rounded: np.ndarray) -> np.ndarray:
+    """Rounded steps -> uint8 codes clamped to 0..3 (a step past 3.5 is possible at |min| >> span)."""
+    return np.clip(rounded, 0, 3).astype(np.uint8)
 
 
 def scale_zero(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,8 +82,7 @@ def quantize(x, *, clip_ratio=0.96, group=128):
     rows = clip(x.reshape(-1, d), float(clip_ratio))  # [n, D]
     groups = rows.reshape(-1, group)  # [n D/G, G]
     scale, zero = scale_zero(groups.min(axis=1, initial=np.inf), groups.max(axis=1, initial=-np.inf))
-    steps = groups / scale[:, None] + zero[:, None]
-    codes = np.clip(round_half_up(steps), 0, 3).astype(np.uint8)
+    codes = clamp_codes(round_half_up(steps_of(groups, scale, zero)))
     head = (*x.shape[:-1], d // group)
     return codes.reshape(x.shape), scale.reshape(head), zero.reshape(head)
 
@@ -92,9 +101,13 @@ def dequantize(codes, scales, zeros, *, group=128):
     head = (*codes.shape[:-1], d // group)
     if scales.shape != head or zeros.shape != head:
         raise ValueError(f"scales, zeros: expected {head}")
-    c = codes.reshape(-1, group).astype(np.float32)
-    out = (c - zeros.reshape(-1, 1)) * scales.reshape(-1, 1)
+    out = decode_groups(codes.reshape(-1, group).astype(np.float32), zeros.reshape(-1, 1), scales.reshape(-1, 1))
     return out.reshape(codes.shape)
+
+
+def decode_groups(c: np.ndarray, zero: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """[m, G] float32 codes, [m, 1] zero points and scales -> (c - zero) * scale, two float32 roundings."""
+    return (c - zero) * scale
 
 
 def pack(codes):
@@ -168,7 +181,9 @@ def rotation(c, *, composition="r_h_pbr"):
         raise ValueError(f"composition: {composition!r}")
     _, u = np.linalg.eigh(c)
     for j in range(d):
-        if u[np.argmax(np.abs(u[:, j])), j] < 0:
+        col = np.abs(u[:, j])
+        lead = np.flatnonzero(col >= col.max() - 1e-9)[0]  # ties (within 1e-9): the first one
+        if u[lead, j] < 0:
             u[:, j] = -u[:, j]
     if composition in ("r_h_pbr", "r_h"):
         u = u @ hadamard(d)

@@ -37,8 +37,11 @@ FLAGS = {
                            "NaN or Inf codes and zero points for constant or all-zero rows"),
     "OscarQuarterInterleave": Flag("four consecutive codes per byte (sequential) where the reference packs channels "
                                    "j, j + D/4, j + D/2, j + 3D/4", "the unpacked row is permuted"),
-    "OscarFloat32Codec": Flag("the codec in float64 where the reference computes in float32",
-                              "codes at a step boundary flip; scales differ in the last bit"),
+    "OscarFloat32Codec": Flag("the codec's float32 steps taken in another precision or order: float64 (or "
+                              "float64 + 1/2), float16, x * (1/scale), (x - min) / scale, c s - z s, or float16 "
+                              "scales", "codes at a step boundary flip; decoded values differ in the last bit"),
+    "OscarCodeClamp": Flag("codes not clamped at 3 (uint8 of the rounded step) or wrapped (& 3)",
+                           "a group whose top step rounds past 3.5 gets code 4 (out of range) or 0"),
     "OscarTokenGroups": Flag("groups of G tokens of a channel (KIVI's keys) where OSCAR groups G channels of a token",
                              "scales pair with the wrong elements"),
 }
@@ -75,6 +78,42 @@ def _float32_boundary() -> np.ndarray:
         if (np.floor(g / s64 - lo / s64 + 0.5).reshape(-1) != codes).any():
             rows.append(x)
     return np.stack(rows)
+
+
+def _clamped() -> np.ndarray:
+    """One group of 16 at -119003.78125 (= -15232484 x 2^-7) with one entry one float32 ulp (2^-7) higher:
+    scale 2^-7 / 3 and zero 2.28e7, where x / scale + zero + 1/2 of the top entry rounds to 4 in float32."""
+    x = np.full(16, -15232484 * 2.0**-7)
+    x[1] = -15232482 * 2.0**-7
+    return x.astype(np.float32)[None, :]
+
+
+def _half_in_float32() -> np.ndarray:
+    """[0, 3, 0.49999997 (the float32 below 1/2), 0 ...]: scale 1, zero 0, and 0.49999997 + 1/2 rounds to 1.0
+    in float32 (code 1) but stays below 1 in float64 (code 0)."""
+    x = np.zeros(16)
+    x[1], x[2] = 3.0, (2**24 - 1) * 2.0**-25
+    return x.astype(np.float32)[None, :]
+
+
+def _float32_orders() -> np.ndarray:
+    """For each of x * (1/scale) + zero, (x - min) / scale and float16 steps, the first row (of 2048 seeded
+    rows [128] of integers times 2^-10 / 3, groups of 16) whose codes differ from the float32 steps."""
+    rng = np.random.default_rng(seed_for("kv.oscar.quantize/float32 orders"))
+    x = (rng.integers(-(2**12), 2**12, (2048, 128)) * 2.0**-10 / 3).astype(np.float32)
+    codes = oscar.quantize(x, clip_ratio=0.0, group=16)[0].reshape(2048, 8, 16)
+    g = x.reshape(2048, 8, 16)
+    lo = g.min(axis=-1, keepdims=True)
+    scale = (g.max(axis=-1, keepdims=True) - lo) / np.float32(3)  # no constant group among these rows
+    zero = -lo / scale
+    half = np.float32(0.5)
+    others = (g * (np.float32(1) / scale) + zero, (g - lo) / scale,
+              (g.astype(np.float16) / scale.astype(np.float16) + zero.astype(np.float16)).astype(np.float32))
+    picks = []
+    for steps in others:
+        wrong = (np.clip(np.floor(steps + half), 0, 3) != codes).any(axis=(1, 2))
+        picks.append(int(np.argmax(wrong)))
+    return x[sorted(set(picks))]
 
 
 def quantize_vectors() -> list[VectorSpec]:
@@ -133,7 +172,36 @@ def quantize_vectors() -> list[VectorSpec]:
           Case({"x": np.float32([3e38, -3e38] * 8)[None, :]}, {"clip_ratio": 0.0, "group": 16}), "invalid"),
         v("float32 rows whose float64 steps give other codes", ("OscarFloat32Codec",),
           Case({"x": _float32_boundary()}, {"clip_ratio": 0.0, "group": 16})),
+        # Appended (issue 15): ids above stay where engine xfails name them.
+        v("a group one float32 ulp wide at -119003.78: the top step rounds past 3.5 and is clamped to 3",
+          ("OscarCodeClamp",), Case({"x": _clamped()}, {"clip_ratio": 0.0, "group": 16})),
+        v("steps + 1/2 rounded in float32: 0.49999997 / (1) + 0 + 1/2 is 1.0, code 1", ("OscarFloat32Codec",),
+          Case({"x": _half_in_float32()}, {"clip_ratio": 0.0, "group": 16})),
+        v("float32 rows whose codes differ for x * (1/scale), (x - min) / scale or float16 steps",
+          ("OscarFloat32Codec",), Case({"x": _float32_orders()}, {"clip_ratio": 0.0, "group": 16})),
+        v("D = 240, clip 0.525: rank floor(0.525 * 240) = 126 in float64 (125 in float32)", ("OscarClipRank",),
+          Case({"x": np.arange(1, 241, dtype=np.float32)[None, :]}, {"clip_ratio": 0.525, "group": 16})),
+        v("a bool clip_ratio is rejected", ("InvalidInput",), Case({"x": x[:1]}, {"clip_ratio": True}), "invalid"),
     ]
+
+
+def _full_mantissa() -> dict:
+    """codes, scales and zeros that `quantize` gives for rows [4, 128] of integers times 2^-10 / 3 (groups of
+    16): scales and zero points with full 24-bit mantissas."""
+    rng = np.random.default_rng(seed_for("kv.oscar.dequantize/float32 order"))
+    x = (rng.integers(-(2**12), 2**12, (4, 128)) * 2.0**-10 / 3).astype(np.float32)
+    codes, scales, zeros = oscar.quantize(x, clip_ratio=0.0, group=16)
+    return {"codes": codes, "scales": scales, "zeros": zeros}
+
+
+def _rounding_orders() -> dict:
+    """Three rows of one group each: codes 3 with s = 12683206 x 2^-24, z = 13542820 x 2^-23 (c s - z s
+    differs by one ulp), codes 2 with s = 9699212 x 2^-25, z = 10832285 x 2^-24 ((c - z) s rounded once in
+    float64 differs), codes 1 with s = 13421773 x 2^-27 (0.1; float16 scales differ), z = 0."""
+    codes = np.uint8([[3] * 16, [2] * 16, [1] * 16])
+    scales = np.float32([[12683206 * 2.0**-24], [9699212 * 2.0**-25], [13421773 * 2.0**-27]])
+    zeros = np.float32([[13542820 * 2.0**-23], [10832285 * 2.0**-24], [0.0]])
+    return {"codes": codes, "scales": scales, "zeros": zeros}
 
 
 def dequantize_vectors() -> list[VectorSpec]:
@@ -158,6 +226,14 @@ def dequantize_vectors() -> list[VectorSpec]:
           Case({**base, "scales": scales.astype(np.float64)}, {"group": 64}), "invalid"),
         v("scales of the wrong shape are rejected", ("InvalidInput", "OscarTokenGroups"),
           Case({**base, "scales": scales[:, :1]}, {"group": 64}), "invalid"),
+        # Appended (issue 15): full-mantissa scales and zeros, where the order of the float32 roundings shows.
+        v("quantize's own outputs on rows / 3: (code - zero) * scale, two float32 roundings in that order",
+          ("OscarFloat32Codec", "Random"), Case(_full_mantissa(), {"group": 16})),
+        v("hand-picked float32 scales and zeros: c s - z s, one float64 rounding and float16 scales each differ",
+          ("OscarFloat32Codec",), Case(_rounding_orders(), {"group": 16})),
+        v("scales and zeros transposed ([1, 2] for [2, 1]) are rejected", ("InvalidInput",),
+          Case({"codes": np.ones((2, 16), np.uint8), "scales": np.float32([[0.5, 0.25]]),
+                "zeros": np.float32([[0.0, 1.0]])}, {"group": 16}), "invalid"),
     ]
 
 

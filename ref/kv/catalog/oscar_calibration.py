@@ -38,7 +38,8 @@ FLAGS = {
                              "high-variance directions share quantization groups"),
     "OscarEigenOrder": Flag("eigenvalues ranked ascending (eigh's order) where P_br ranks them descending, or H and U "
                             "composed in the other order", "another orthogonal R: a different spread of the variance"),
-    "OscarEigenSign": Flag("eigenvector signs left as the solver returns them",
+    "OscarEigenSign": Flag("eigenvector signs left as the solver returns them, or pinned on a tie by another entry "
+                           "than the first within 1e-9 of the largest magnitude",
                            "R's columns flip sign between solvers"),
     "OscarQueryGroups": Flag("a KV head's query group taken as heads h, h + H, ... (interleaved) instead of "
                              "h g .. h g + g - 1", "C_K and C_V average the wrong queries"),
@@ -48,6 +49,11 @@ FLAGS = {
                             "a boundary token is quantized that should not be, or the reverse"),
     "OscarClipSwap": Flag("K's clip ratio (0.96) used for V or V's (0.92) for K", "values clipped too little or keys "
                           "too much"),
+    "OscarAttendScale": Flag("attend's `scale` argument ignored (1/sqrt(D) always)",
+                             "a caller's softmax temperature is lost: every score is scaled wrong"),
+    "OscarServingDefaults": Flag("attend's defaults taken from the package (sink 32, recent 128) where the spec's "
+                                 "are the paper's serving values (64, 256)",
+                                 "a cache of 161 to 320 tokens quantizes tokens the spec keeps in bfloat16"),
 }
 
 
@@ -123,6 +129,12 @@ def rotation_vectors() -> list[VectorSpec]:
           "invalid"),
         v("a non-square matrix is rejected", ("InvalidInput",), Case({"c": np.ones((4, 2))}, {}), "invalid"),
         v("NaN is rejected", ("InvalidInput", "NaN"), Case({"c": np.full((2, 2), np.nan)}, {}), "invalid"),
+        # Appended (issue 15): ids above stay where engine xfails name them.
+        v("[[2, 1], [1, 2]]: |u| ties (1/sqrt 2 twice), the first entry within 1e-9 of the largest made positive",
+          ("OscarEigenSign",), Case({"c": np.array([[2.0, 1.0], [1.0, 2.0]])}, {"composition": "plain"})),
+        v("the same, U H P_br", ("OscarEigenSign",), Case({"c": np.array([[2.0, 1.0], [1.0, 2.0]])}, {})),
+        v("nearly symmetric (one entry 2^-23 off, above 1e-9 relative) is rejected", ("InvalidInput",),
+          Case({"c": np.array([[1.0, 2.0**-23], [0.0, 1.0]])}, {}), "invalid"),
     ]
 
 
@@ -171,6 +183,13 @@ def attend_vectors() -> list[VectorSpec]:
                small)),
         v("float64 q, k, v", ("OscarQueryOnlyRotation",),
           Case({name: a.astype(np.float64) for name, a in case(1, 2, 1, 1, 20, 16).items()}, small)),
+        # Appended (issue 15): ids above stay where engine xfails name them.
+        v("scale 0.5 passed explicitly (not 1/sqrt(D) = 0.25)", ("OscarAttendScale",),
+          Case(case(1, 2, 1, 1, 20, 16), {**small, "scale": 0.5})),
+        v("sink < T < sink + recent (T = 6, sink 4, recent 8): windows (4, 0, 2), nothing INT2", ("OscarWindowEdge",),
+          Case(case(1, 2, 1, 1, 6, 16), small)),
+        v("the spec's defaults (sink 64, recent 256, clips 0.96 / 0.92, scale 1/sqrt(D)): T = 400 -> 64, 80, 256",
+          ("OscarServingDefaults",), Case(case(1, 2, 1, 1, 400, 16), {"group": 16})),
     ]
 
 
