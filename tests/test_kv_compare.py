@@ -23,10 +23,11 @@ def _exact() -> compare.Method:
 
 def test_the_context_is_seeded_and_shaped():
     a, b = synthetic.context(**SMALL, seed=3), synthetic.context(**SMALL, seed=3)
-    for x, y in ((a.q, b.q), (a.k, b.k), (a.v, b.v), (a.calibration, b.calibration)):
+    for x, y in ((a.q, b.q), (a.k, b.k), (a.v, b.v), (a.calibration_k, b.calibration_k)):
         np.testing.assert_array_equal(x, y)
     assert a.k.shape == a.v.shape == (1, 2, 512, 64) and a.shape == (1, 2, 512, 64)
-    assert a.q.shape == (1, 4, 4, 64) and a.calibration.shape == (1, 4, 8, 64)
+    assert a.q.shape == (1, 4, 4, 64) and a.calibration_q.shape == (1, 4, 8, 64)
+    assert a.calibration_k.shape == a.calibration_v.shape == (1, 2, 8, 64)
     assert a.outliers.shape == (2, 4) and a.k.dtype == np.float64
     assert not np.array_equal(a.k, synthetic.context(**SMALL, seed=4).k)
 
@@ -122,3 +123,16 @@ def test_the_spec_table_is_what_the_oracles_compute():
 def test_the_spec_table_lists_every_method():
     rows = [line.split("|")[1].strip() for line in _spec_table().splitlines()[2:]]
     assert rows == [m.name for m in compare.methods()]
+
+
+def test_qjl_outlier_keys_give_the_outlier_scores():
+    """The reconstruction the table reads has qjl.scores_outliers as its inner products."""
+    from ref.kv import qjl
+
+    c = synthetic.context(**{**SMALL, "tokens": 64})
+    s = synthetic.projection(32, 64, seed=3)
+    mask = qjl.outlier_channels(c.k, 32, 4)
+    parts = qjl.sketch_outliers(c.k, s, mask, 16)
+    keys = compare.qjl_outlier_keys(s, mask, *parts)
+    np.testing.assert_allclose(compare.scores(c.q, keys), qjl.scores_outliers(c.q, s, parts[0], parts[1], mask,
+                                                                               *parts[2:]), rtol=1e-11, atol=1e-9)

@@ -38,13 +38,16 @@ from numpy.typing import NDArray
 
 from ref.arguments import integer
 from ref.attention import attend
-from ref.kv.synthetic import Context, context
+from ref.kv import kivi, kivi_cache, qjl
+from ref.kv import turboquant as tq
+from ref.kv.synthetic import Context, context, projection, rotation
 from ref.quant import rtn
 
-__all__ = ["Method", "Row", "attention_output", "baseline_methods", "measure", "methods", "render", "rtn_method",
-           "table"]
+__all__ = ["Method", "Row", "attention_output", "baseline_methods", "kivi_method", "measure", "methods",
+           "qjl_method", "qjl_outlier_keys", "render", "rtn_method", "scores", "table", "turbo_method"]
 
 TABLE_TOKENS = 32768  # the context length of the "bits @ 32k" column
+SEEDS = {"rotation_k": 1, "rotation_v": 2, "projection_k": 3}  # the random inputs' seeds (synthetic)
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,8 @@ def scores(q: NDArray, k: NDArray) -> NDArray[np.float64]:
     -> [B, Hq, Lq, T] (query head n reads KV head n // (Hq / H))."""
     b, hq, lq, d = q.shape
     h = k.shape[1]
-    qg = q.reshape(b, h, hq // h, lq, d)  # [B, H, g, Lq, D]
-    return np.einsum("bhrid,bhtd->bhrit", qg, k).reshape(b, hq, lq, k.shape[2])
+    qg = q.reshape(b, h, hq // h * lq, d)  # [B, H, g Lq, D]: query head n = h g + r
+    return np.matmul(qg, np.swapaxes(k, -1, -2)).reshape(b, hq, lq, k.shape[2])
 
 
 def attention_output(s: NDArray, v: NDArray, *, scale: float) -> NDArray[np.float64]:
@@ -100,8 +103,8 @@ def attention_output(s: NDArray, v: NDArray, *, scale: float) -> NDArray[np.floa
     z = scale * s
     p = np.exp(z - z.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)  # [B, Hq, Lq, T]
-    pg = p.reshape(b, h, hq // h, lq, t)  # [B, H, g, Lq, T]
-    return np.einsum("bhrit,bhtd->bhrid", pg, v).reshape(b, hq, lq, v.shape[-1])
+    pg = p.reshape(b, h, hq // h * lq, t)  # [B, H, g Lq, T]
+    return np.matmul(pg, v).reshape(b, hq, lq, v.shape[-1])
 
 
 def _attend(q: NDArray, k: NDArray, v: NDArray) -> NDArray[np.float64]:
@@ -114,13 +117,18 @@ def _relative(err: NDArray, ref: NDArray) -> float:
     return float(np.sum(err * err) / np.sum(ref * ref))
 
 
-def measure(method: Method, ctx: Context) -> Row:
-    """The method's row on the context."""
+def _reference(ctx: Context) -> tuple[NDArray, NDArray]:
+    """The exact cache's scores q . k [B, Hq, Lq, T] and attention output [B, Hq, Lq, D]."""
+    return scores(ctx.q, ctx.k), _attend(ctx.q, ctx.k, ctx.v)
+
+
+def measure(method: Method, ctx: Context, *, reference: tuple[NDArray, NDArray] | None = None) -> Row:
+    """The method's row on the context (`reference`: the exact cache's scores and
+    attention output when already computed)."""
     k_hat, s_hat, v_hat = method.code(ctx)
     d, t = ctx.k.shape[-1], ctx.k.shape[2]
-    truth = scores(ctx.q, ctx.k)  # [B, Hq, Lq, T]
+    truth, o = _reference(ctx) if reference is None else reference  # [B, Hq, Lq, T], [B, Hq, Lq, D]
     est = scores(ctx.q, k_hat) if s_hat is None else np.asarray(s_hat, dtype=np.float64)
-    o = _attend(ctx.q, ctx.k, ctx.v)
     if s_hat is None:
         o_hat = _attend(ctx.q, k_hat, v_hat)
     else:
@@ -159,9 +167,97 @@ def baseline_methods() -> tuple[Method, ...]:
     return rtn_method(2), rtn_method(4)
 
 
+def kivi_method(bits: int, *, group: int = 32, residual: int = 128) -> Method:
+    """KIVI-b (ref.kv.kivi_cache): the cache a prefill of the context leaves, keys per
+    channel and values per token in groups of G, the last tokens in full precision
+    (T - T mod R keys and T - R values quantized); arithmetic in float64."""
+
+    def code(ctx: Context):
+        keys, values = kivi_cache.dequantized_cache(ctx.k, ctx.v, bits_k=bits, bits_v=bits, group=group,
+                                                    residual=residual)
+        return keys, None, values
+
+    def cost(t: int, d: int) -> tuple[float, float]:
+        return tuple(kivi.bits_per_element(t, d, bits=bits, group=group, residual=residual, part=part)
+                     for part in ("keys", "values"))  # type: ignore[return-value]
+
+    return Method(f"KIVI-{bits} (g {group}, R {residual})", code, cost)
+
+
+def _kivi_values(v: NDArray, bits: int, group: int) -> NDArray:
+    return kivi.decode(kivi.encode(v, axis="token", bits=bits, group=group))
+
+
+def qjl_method(m: int, *, outliers: int = 0, outlier_dim: int = 128, group: int = 32, value_bits: int = 2,
+               value_group: int = 32) -> Method:
+    """QJL (ref.kv.qjl): keys as m sign bits of S k and the norm, read through the
+    unbiased reconstruction sqrt(pi/2)/m ||k|| S^T sign(S k) (whose inner products are
+    QJL's scores); S [m, D] Gaussian (synthetic.projection, seed SEEDS["projection_k"]).
+    With `outliers` > 0, the reference's outlier treatment: in each group of `group`
+    tokens the `outliers` channels of largest norm are sketched apart with the first
+    `outlier_dim` rows of S, read through `qjl_outlier_keys` (whose inner products are
+    qjl.scores_outliers).
+    Values as the reference pairs them: per-token asymmetric groups (kivi's token axis),
+    value_bits + 32 / value_group bits."""
+
+    def code(ctx: Context):
+        s = projection(m, ctx.k.shape[-1], seed=SEEDS["projection_k"])
+        values = _kivi_values(ctx.v, value_bits, value_group)
+        if not outliers:
+            return qjl.decode(qjl.encode(ctx.k, s), s), None, values
+        mask = qjl.outlier_channels(ctx.k, group, outliers)  # [B, H, T / group, D]
+        return qjl_outlier_keys(s, mask, *qjl.sketch_outliers(ctx.k, s, mask, outlier_dim)), None, values
+
+    def cost(t: int, d: int) -> tuple[float, float]:
+        key = qjl.bits_per_element(t, d, m=m, outliers=outliers, outlier_dim=outlier_dim if outliers else 0,
+                                   group=group)
+        return key, value_bits + 32 / value_group
+
+    extra = f" + {outliers} outliers / {group} tok (m_out {outlier_dim})" if outliers else ""
+    return Method(f"QJL m {m}{extra} (values {value_bits}-bit g {value_group})", code, cost)
+
+
+def qjl_outlier_keys(S: NDArray, outliers: NDArray, signs: NDArray, norms: NDArray, outlier_signs: NDArray,
+                     outlier_norms: NDArray) -> NDArray[np.float64]:
+    """The keys [B, H, T, D] whose inner products with any q are QJL's outlier scores
+    (qjl.scores_outliers), since each of its two terms is linear in q:
+    k' = sqrt(pi/2)/m ||k_in|| (1 - M) * S^T z + sqrt(pi/2)/m_out ||k_out|| M * S_out^T z_out,
+    M the token's outlier-channel mask, ||k_in|| = sqrt(max(||k||^2 - ||k_out||^2, 0))."""
+    m, mo = signs.shape[-1], outlier_signs.shape[-1]
+    mask = np.repeat(outliers, signs.shape[2] // outliers.shape[2], axis=2).astype(np.float64)  # [B, H, T, D]
+    n_in = np.sqrt(np.maximum(norms * norms - outlier_norms * outlier_norms, 0.0))  # [B, H, T]
+    inner = (qjl.SCALE / m * n_in)[..., None] * (signs.astype(np.float64) @ S)  # [B, H, T, D]
+    outer = (qjl.SCALE / mo * outlier_norms)[..., None] * (outlier_signs.astype(np.float64) @ S[:mo])
+    return (1 - mask) * inner + mask * outer
+
+
+def turbo_method(bits: int, *, variant: str = "mse") -> Method:
+    """TurboQuant (ref.kv.turboquant) at b bits per coordinate plus the norm: keys by
+    TurboQuant_mse or (variant "prod") TurboQuant_prod (b - 1 bit code, a D-row sketch
+    of the residual), values always by TurboQuant_mse (values need a small error, not
+    unbiased inner products). Pi_K, Pi_V Haar (synthetic.rotation), S Gaussian [D, D]."""
+
+    def code(ctx: Context):
+        d = ctx.k.shape[-1]
+        pk, pv = rotation(d, seed=SEEDS["rotation_k"]), rotation(d, seed=SEEDS["rotation_v"])
+        if variant == "prod":
+            s = projection(d, d, seed=SEEDS["projection_k"])
+            keys = tq.dequantize_prod(*tq.quantize_prod(ctx.k, pk, s, bits=bits), pk, s, bits=bits)
+        else:
+            keys = tq.dequantize_mse(*tq.quantize_mse(ctx.k, pk, bits=bits), pk, bits=bits)
+        values = tq.dequantize_mse(*tq.quantize_mse(ctx.v, pv, bits=bits), pv, bits=bits)
+        return keys, None, values
+
+    def cost(t: int, d: int) -> tuple[float, float]:
+        return tq.bits_per_element(bits, d, variant=variant), tq.bits_per_element(bits, d)
+
+    return Method(f"TurboQuant-{variant} {bits}-bit", code, cost)
+
+
 def methods() -> tuple[Method, ...]:
     """Every row of the spec's table, in its order."""
-    return baseline_methods()
+    return (*baseline_methods(), kivi_method(2), kivi_method(4), qjl_method(256), qjl_method(128), qjl_method(256, outliers=8),
+            *(turbo_method(b) for b in (2, 3, 4)), *(turbo_method(b, variant="prod") for b in (2, 3, 4)))
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -186,4 +282,6 @@ def table(ctx: Context | None = None, rows: Sequence[Method] | None = None) -> s
     """The spec's comparison table: every method measured on the default synthetic
     context (ref.kv.synthetic.context())."""
     ctx = context() if ctx is None else ctx
-    return render([measure(m, ctx) for m in (methods() if rows is None else rows)], tokens=ctx.k.shape[2])
+    reference = _reference(ctx)
+    return render([measure(m, ctx, reference=reference) for m in (methods() if rows is None else rows)],
+                  tokens=ctx.k.shape[2])

@@ -9,7 +9,9 @@
            per KV head); u_h a unit vector per KV head, so that q . k is larger by
            about a c over the last `recent` tokens: decode queries attend the recent
            region more
-  calibration queries: `calibration` more queries drawn as q (OSCAR's calibration input)
+  calibration: `calibration` more tokens of the same heads (the same u_h, outlier
+           channels, scales and offsets), queries, keys and values drawn as above,
+           the keys without the recent shift (OSCAR's offline calibration input)
 
 Every array is float64 in the cache layout [B, H, T, D] (queries [B, Hq, Lq, D]); a seed
 fixes them all (numpy's PCG64 `default_rng`). The rotation and projection helpers draw
@@ -38,7 +40,9 @@ class Context:
     q: NDArray[np.float64]  # [B, Hq, Lq, D] decode queries
     k: NDArray[np.float64]  # [B, H, T, D]
     v: NDArray[np.float64]  # [B, H, T, D]
-    calibration: NDArray[np.float64]  # [B, Hq, C, D] calibration queries, drawn as q
+    calibration_q: NDArray[np.float64]  # [B, Hq, C, D] calibration queries, drawn as q
+    calibration_k: NDArray[np.float64]  # [B, H, C, D] calibration keys (no recent shift)
+    calibration_v: NDArray[np.float64]  # [B, H, C, D] calibration values
     outliers: NDArray[np.int64]  # [H, n] the outlier channels of each KV head
     seed: int
 
@@ -50,7 +54,7 @@ class Context:
 
 def context(*, batch: int = 1, kv_heads: int = 2, group: int = 2, tokens: int = 4096, head_dim: int = 128,
             queries: int = 16, calibration: int = 256, outlier_channels: int = 4,
-            outlier_scale: tuple[int, int] = (10, 20), recent: int = 256, query_gain: float = 4.0,
+            outlier_scale: tuple[int, int] = (10, 20), recent: int = 512, query_gain: float = 4.0,
             recent_gain: float = 8.0, seed: int = 0) -> Context:
     """The context of the module docstring: keys and values [batch, kv_heads, tokens,
     head_dim], queries [batch, kv_heads * group, queries, head_dim]."""
@@ -67,20 +71,26 @@ def context(*, batch: int = 1, kv_heads: int = 2, group: int = 2, tokens: int = 
     rng = np.random.default_rng(integer(seed, "seed", minimum=0))
     u = rng.standard_normal((h, d))
     u /= np.linalg.norm(u, axis=-1, keepdims=True)  # [H, D] unit topic directions
-    k = rng.standard_normal((b, h, t, d))  # [B, H, T, D]
-    k[:, :, max(t - w, 0):, :] += gain * u[None, :, None, :]
     outliers = np.stack([np.sort(rng.choice(d, n, replace=False)) for _ in range(h)]).astype(np.int64)  # [H, n]
     scales = rng.integers(lo, hi + 1, size=(h, n)).astype(np.float64)  # [H, n]
     offsets = rng.choice([-1.0, 1.0], size=(h, n))  # [H, n]
     mult, shift = np.ones((h, d)), np.zeros((h, d))  # [H, D]: 1 and 0 but on the outlier channels
     np.put_along_axis(mult, outliers, scales, axis=-1)
     np.put_along_axis(shift, outliers, offsets, axis=-1)
-    k = mult[None, :, None, :] * (k + shift[None, :, None, :])  # [B, H, T, D]
-    v = rng.standard_normal((b, h, t, d))  # [B, H, T, D]
     topic = np.repeat(u, g, axis=0)  # [Hq, D]: query head n reads KV head n // g
-    q = rng.standard_normal((b, h * g, lq, d)) + a * topic[None, :, None, :]  # [B, Hq, Lq, D]
-    cal = rng.standard_normal((b, h * g, c, d)) + a * topic[None, :, None, :]  # [B, Hq, C, D]
-    return Context(q=q, k=k, v=v, calibration=cal, outliers=outliers, seed=int(seed))
+
+    def draw(tokens: int, queries: int, window: int):
+        z = rng.standard_normal((b, h, tokens, d))  # [B, H, T, D]
+        z[:, :, max(tokens - window, 0):, :] += gain * u[None, :, None, :]
+        k = mult[None, :, None, :] * (z + shift[None, :, None, :])  # [B, H, T, D]
+        v = rng.standard_normal((b, h, tokens, d))  # [B, H, T, D]
+        q = rng.standard_normal((b, h * g, queries, d)) + a * topic[None, :, None, :]  # [B, Hq, Lq, D]
+        return q, k, v
+
+    q, k, v = draw(t, lq, w)
+    cq, ck, cv = draw(c, c, 0)
+    return Context(q=q, k=k, v=v, calibration_q=cq, calibration_k=ck, calibration_v=cv, outliers=outliers,
+                   seed=int(seed))
 
 
 def rotation(d: int, *, seed: int = 0) -> NDArray[np.float64]:
