@@ -14,9 +14,10 @@ codec time / baseline time; M elem/s = elements per codec second.
 
 Decode attention: one decode query (Lq = 1) of GQA 32 / 8 (head dim 128) against
 T = 131072 cached tokens (--quick: 32768). The cache is encoded once (not timed);
-timed are (a) decoding the stored cache and attending (`decode` + ref.attention.attend:
-what a reference decode step costs) and (b) ref.attention.attend on the already
-dequantized cache (the baseline). Ratio = (a) / (b). Where a codec also has its own
+timed are (a) decoding the stored cache, laying it out as attend takes it ([B, T, H, D],
+one contiguous copy) and attending (`decode` + ref.attention.attend: what a reference
+decode step costs from the codes) and (b) ref.attention.attend on the already
+dequantized cache in its layout (the baseline). Ratio = (a) / (b). Where a codec also has its own
 attention oracle (kv.kivi.attend: quantize + attend in one call) it is timed too.
 
 Times are the best of --repeat calls after a warm-up call. Prints markdown tables.
@@ -35,7 +36,8 @@ from _timing import best
 
 from ref.attention import attend
 from ref.formats import intgroup
-from ref.kv import synthetic
+from ref.kv import kivi, kivi_cache, qjl, synthetic
+from ref.kv import turboquant as tq
 from ref.quant import rtn
 
 HQ, HKV, D = 32, 8, 128
@@ -44,7 +46,7 @@ HQ, HKV, D = 32, 8, 128
 def _rtn(bits: int) -> tuple[Callable, Callable]:
     """Per-token RTN (the comparison's baseline), groups of 128 channels."""
 
-    def encode(x):
+    def encode(x, role):
         return rtn.quantize_groups(x, bits=bits, group=128, zero_range="minmax")
 
     def decode(state):
@@ -54,10 +56,57 @@ def _rtn(bits: int) -> tuple[Callable, Callable]:
     return encode, decode
 
 
+def _kivi(bits: int) -> tuple[Callable, Callable]:
+    """KIVI's codec alone (no residual window): keys per channel, values per token, G = 32."""
+
+    def encode(x, role):
+        return kivi.encode(x, axis="channel" if role == "k" else "token", bits=bits, group=32)
+
+    return encode, kivi.decode
+
+
+def _qjl(m: int) -> tuple[Callable, Callable]:
+    """QJL keys (m signs and the norm); values by KIVI-2 per token (the reference's pairing)."""
+    s = synthetic.projection(m, D, seed=3)
+
+    def encode(x, role):
+        return qjl.encode(x, s) if role == "k" else kivi.encode(x, axis="token", bits=2, group=32)
+
+    def decode(state):
+        return qjl.decode(state, s) if isinstance(state, dict) else kivi.decode(state)
+
+    return encode, decode
+
+
+def _turbo(bits: int, variant: str) -> tuple[Callable, Callable]:
+    """TurboQuant: keys by the variant, values by TurboQuant_mse."""
+    pk, pv, s = synthetic.rotation(D, seed=1), synthetic.rotation(D, seed=2), synthetic.projection(D, D, seed=3)
+
+    def encode(x, role):
+        if role == "k" and variant == "prod":
+            return "prod", tq.quantize_prod(x, pk, s, bits=bits)
+        return "mse", tq.quantize_mse(x, pk if role == "k" else pv, bits=bits), role
+
+    def decode(state):
+        if state[0] == "prod":
+            return tq.dequantize_prod(*state[1], pk, s, bits=bits)
+        return tq.dequantize_mse(*state[1], pk if state[2] == "k" else pv, bits=bits)
+
+    return encode, decode
+
+
 def codecs() -> dict[str, tuple[Callable, Callable, type]]:
-    """name -> (encode(x) -> state, decode(state) -> x', input dtype)."""
-    out = {"RTN-2 per token (g 128)": (*_rtn(2), np.float32), "RTN-4 per token (g 128)": (*_rtn(4), np.float32)}
-    return out
+    """name -> (encode(x, role "k" or "v") -> state, decode(state) -> x', input dtype)."""
+    return {
+        "RTN-2 per token (g 128)": (*_rtn(2), np.float32),
+        "RTN-4 per token (g 128)": (*_rtn(4), np.float32),
+        "KIVI-2 (g 32) float16": (*_kivi(2), np.float16),
+        "KIVI-2 (g 32)": (*_kivi(2), np.float32),
+        "KIVI-4 (g 32)": (*_kivi(4), np.float32),
+        "QJL m 256": (*_qjl(256), np.float32),
+        "TurboQuant-mse 2-bit": (*_turbo(2, "mse"), np.float32),
+        "TurboQuant-prod 3-bit": (*_turbo(3, "prod"), np.float32),
+    }
 
 
 def _keys(tokens: int) -> np.ndarray:
@@ -75,13 +124,19 @@ def bench_encode(tokens: int, repeat: int) -> None:
     print("|---|---|---|---|---|")
     for name, (encode, _, dtype) in codecs().items():
         xi = x.astype(dtype)
-        encode(xi)  # warm-up
-        t = best(lambda: encode(xi), repeat)
+        encode(xi, "k")  # warm-up
+        t = best(lambda: encode(xi, "k"), repeat)
         print(f"| {name} | {np.dtype(dtype).name} | {t:.3f} | {n / t / 1e6:.1f} | {t / base:.2f} |")
 
 
+def _layout(x):
+    """[B, H, T, D] -> attend's [B, T, H, D], contiguous."""
+    return np.ascontiguousarray(np.swapaxes(x, 1, 2))
+
+
 def _attend(q, k, v):
-    out, _ = attend(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+    """attend on keys and values already in its layout [B, T, H, D]."""
+    out, _ = attend(q, k, v)
     return out
 
 
@@ -89,20 +144,26 @@ def bench_decode(tokens: int, repeat: int, only: str | None) -> None:
     rng = np.random.default_rng(1)
     k = _keys(tokens)
     v = rng.standard_normal(k.shape).astype(np.float32)
-    q = rng.standard_normal((1, HQ, 1, D)).astype(np.float32)
+    q = rng.standard_normal((1, 1, HQ, D)).astype(np.float32)  # attend's layout [B, Lq, Hq, D]
     print(f"\nDecode attention, Lq = 1, GQA {HQ}/{HKV}, D = {D}, T = {tokens}\n")
     print("| codec | decode + attend s | attend on dequantized s | ratio | tok/s |")
     print("|---|---|---|---|---|")
     for name, (encode, decode, dtype) in codecs().items():
         if only and only not in name:
             continue
-        ks, vs = encode(k.astype(dtype)), encode(v.astype(dtype))
-        kd, vd = decode(ks), decode(vs)
+        ks, vs = encode(k.astype(dtype), "k"), encode(v.astype(dtype), "v")
+        kd, vd = _layout(decode(ks)), _layout(decode(vs))
         _attend(q, kd, vd)  # warm-up
         t_base = best(lambda: _attend(q, kd, vd), repeat)
-        t = best(lambda: _attend(q, decode(ks), decode(vs)), repeat)
+        t = best(lambda: _attend(q, _layout(decode(ks)), _layout(decode(vs))), repeat)
         print(f"| {name} | {t:.3f} | {t_base:.3f} | {t / t_base:.2f} | {1 / t:.2f} |")
         del ks, vs, kd, vd
+    if only and "kivi" not in only.lower():
+        return
+    qc = np.swapaxes(q, 1, 2)  # the cache layout [B, Hq, Lq, D]
+    kivi_cache.attend(qc, k, v, bits_k=2, bits_v=2)  # warm-up
+    t = best(lambda: kivi_cache.attend(qc, k, v, bits_k=2, bits_v=2), repeat)
+    print(f"| kv.kivi.attend oracle (KIVI-2, R 128: quantize + attend, float32 in) | {t:.3f} | | | {1 / t:.2f} |")
 
 
 def main() -> int:
