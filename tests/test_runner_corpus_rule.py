@@ -25,6 +25,7 @@ from corpus import (
     formats_impls,
     groups_layouts,
     kernel_bugs,
+    kv_kivi,
     quant_awq,
     quant_gemm,
     quant_gptq,
@@ -84,7 +85,8 @@ def _entries():
     # registries of (op, flag, kernel) entries whose module builds each kernel by `bug(name)`
     by_bug = ((specdec_rejection, "REJECTION_BUGS"), (quant_awq, "AWQ_BUGS"), (quant_lattice, "LATTICE_BUGS"),
               (quant_hqq, "HQQ_BUGS"), (quant_hadamard, "HADAMARD_BUGS"), (quant_rtn, "RTN_BUGS"),
-              (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"))
+              (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"),
+              (kv_kivi, "KIVI_BUGS"))
     for module, registry in by_bug:
         for name, (op, flag, _) in getattr(module, registry).items():
             out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
@@ -106,6 +108,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "quant_rtn": {"RTN_BUGS", "PACK_BUGS"},
               "quant_gemm": {"GEMM_BUGS"},
               "quant_gptq": {"GPTQ_BUGS"},
+              "kv_kivi": {"KIVI_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 

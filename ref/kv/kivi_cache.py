@@ -26,9 +26,10 @@ from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer
 from ref.attention import attend as attention
+from ref.attention.emulate import attend as attention_at
 from ref.kv.kivi import BITS, DTYPES, dequantize, quantize
 
-__all__ = ["KiviCache", "attend", "dequantized_cache", "prefill_split"]
+__all__ = ["KiviCache", "attend", "attend_emulated", "dequantized_cache", "prefill_split"]
 
 
 def prefill_split(p: int, residual: int) -> tuple[int, int]:
@@ -51,7 +52,7 @@ class KiviCache:
         self.residual = integer(residual, "residual", minimum=1)
         if self.residual % self.group:
             raise ValueError(f"residual: expected a multiple of group {self.group}, got {self.residual}")
-        if not isinstance(dtype, str) or np.dtype(dtype) not in DTYPES:
+        if dtype not in ("float16", "float32", "float64"):
             raise ValueError(f"dtype: expected 'float16', 'float32' or 'float64', got {dtype!r}")
         self.dtype = np.dtype(dtype)
         self.k_quant: list[NDArray] = []  # dequantized chunks [B, H, n, D], oldest first
@@ -63,7 +64,8 @@ class KiviCache:
         arr = np.asarray(x)
         if arr.dtype.kind not in "iuf" or arr.ndim != 4:
             raise ValueError(f"{name}: expected numbers [B, H, T, D], got {arr.dtype} of shape {arr.shape}")
-        out = arr.astype(self.dtype)
+        with np.errstate(over="ignore"):
+            out = arr.astype(self.dtype)  # beyond the dtype's range: Inf, refused below
         if not np.all(np.isfinite(out)) or not np.array_equal(out.astype(np.float64), arr.astype(np.float64)):
             raise ValueError(f"{name}: expected finite values exact in {self.dtype}")
         if out.shape[3] % self.group:
@@ -92,12 +94,14 @@ class KiviCache:
         """The first call: P tokens split as `prefill_split` says; refused once prefilled."""
         if self.k_full is not None:
             raise ValueError("keys: the cache is already prefilled (prefill is the first call only)")
-        k, v = self._pair(keys, values)
+        self._split(*self._pair(keys, values))
+        return self.observe()
+
+    def _split(self, k: NDArray, v: NDArray) -> None:
         qk, qv = prefill_split(k.shape[2], self.residual)
         self.k_quant = [self._keys_quantized(k[:, :, :qk])] if qk else []
         self.v_quant = [self._values_quantized(v[:, :, :qv])] if qv else []
         self.k_full, self.v_full = k[:, :, qk:], v[:, :, qv:]
-        return self.observe()
 
     def decode(self, keys: Any, values: Any) -> dict:
         """One token [B, H, 1, D] of each: appended, then the flushes."""
@@ -140,7 +144,7 @@ def dequantized_cache(k: ArrayLike, v: ArrayLike, *, bits_k: int = 2, bits_v: in
         if np.asarray(arr).dtype not in DTYPES:
             raise TypeError(f"{name}: expected float16, float32 or float64, got {np.asarray(arr).dtype}")
     cache = KiviCache(bits_k=bits_k, bits_v=bits_v, group=group, residual=residual, dtype=str(np.asarray(k).dtype))
-    cache.prefill(k, v)
+    cache._split(*cache._pair(k, v))  # a prefill without its JSON observation
     return cache.view()
 
 
@@ -155,4 +159,17 @@ def attend(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, bits_k: int = 2, bits_v:
         raise ValueError(f"q: expected queries [B, Hq, Lq, D], got shape {q.shape}")
     out, _ = attention(q.transpose(0, 2, 1, 3), keys.transpose(0, 2, 1, 3), values.transpose(0, 2, 1, 3),
                        scale=scale)  # attend's layout: [B, L, H, D]
+    return np.ascontiguousarray(out.transpose(0, 2, 1, 3))
+
+
+def attend_emulated(precision: str, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, bits_k: int = 2, bits_v: int = 2,
+                    group: int = 32, residual: int = 128, scale: float | None = None) -> NDArray[np.float64]:
+    """`attend` as a kernel at `precision` computes it: the dequantized cache exact (in k's
+    dtype, as the codec defines it), then ref.attention.emulate.attend at `precision`."""
+    keys, values = dequantized_cache(k, v, bits_k=bits_k, bits_v=bits_v, group=group, residual=residual)
+    q = np.asarray(q)
+    if q.ndim != 4:
+        raise ValueError(f"q: expected queries [B, Hq, Lq, D], got shape {q.shape}")
+    out, _ = attention_at(precision, q.transpose(0, 2, 1, 3), keys.transpose(0, 2, 1, 3),
+                          values.transpose(0, 2, 1, 3), scale=scale)
     return np.ascontiguousarray(out.transpose(0, 2, 1, 3))
