@@ -26,6 +26,8 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     kv_kivi,
+    kv_qjl,
+    kv_turboquant,
     quant_awq,
     quant_gemm,
     quant_gptq,
@@ -86,7 +88,7 @@ def _entries():
     by_bug = ((specdec_rejection, "REJECTION_BUGS"), (quant_awq, "AWQ_BUGS"), (quant_lattice, "LATTICE_BUGS"),
               (quant_hqq, "HQQ_BUGS"), (quant_hadamard, "HADAMARD_BUGS"), (quant_rtn, "RTN_BUGS"),
               (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"),
-              (kv_kivi, "KIVI_BUGS"))
+              (kv_kivi, "KIVI_BUGS"), (kv_qjl, "QJL_BUGS"), (kv_turboquant, "TURBOQUANT_BUGS"))
     for module, registry in by_bug:
         for name, (op, flag, _) in getattr(module, registry).items():
             out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
@@ -109,6 +111,8 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "quant_gemm": {"GEMM_BUGS"},
               "quant_gptq": {"GPTQ_BUGS"},
               "kv_kivi": {"KIVI_BUGS"},
+              "kv_qjl": {"QJL_BUGS"},
+              "kv_turboquant": {"TURBOQUANT_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
@@ -133,6 +137,8 @@ def _params():
         marks = [pytest.mark.xfail(reason=KNOWN_GAPS[key], strict=True)] if key in KNOWN_GAPS else []
         if key[0] in ("RTN_BUGS", "PACK_BUGS") and key[1] not in quant_rtn.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # about 0.5 s each: the issue's own entries stay in the default profile
+        if key[0] == "TURBOQUANT_BUGS" and key[1] not in kv_turboquant.DEFAULT_PROFILE:
+            marks.append(pytest.mark.deep)  # the issue's own entry stays in the default profile
         if key[0] == "GPTQ_BUGS":
             marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)

@@ -33,8 +33,8 @@ from ref.arguments import integer
 from ref.formats.minifloat import round_to
 
 __all__ = ["SCALE", "bits_per_element", "decode", "emulate_scores", "emulate_scores_outliers", "encode",
-           "estimator_variance", "outlier_channels", "pack_signs", "scores", "scores_outliers", "sketch",
-           "sketch_outliers", "sphere_factor", "unpack_signs"]
+           "estimates", "estimator_variance", "outlier_channels", "pack_signs", "scores", "scores_outliers", "sketch",
+           "sketch_outliers", "sphere_factor", "unbiasedness", "unpack_signs"]
 
 SCALE = math.sqrt(math.pi / 2)  # sqrt(pi/2): 1 / E|g| for g ~ N(0, 1)
 
@@ -143,7 +143,7 @@ def scores(q: ArrayLike, S: ArrayLike, signs: ArrayLike, norms: ArrayLike) -> ND
     n = _norms(norms, "norms", s.shape[:3])
     g = _heads(q, s.shape[1])
     sq = q @ S.T  # [B, Hq, Lq, m]
-    dots = np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(q.shape[0], s.shape[1], g, q.shape[2], -1), s)
+    dots = np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(q.shape[0], s.shape[1], g, q.shape[2], S.shape[0]), s)
     out = SCALE / S.shape[0] * dots * n[:, :, None, None, :]
     return out.reshape(q.shape[0], q.shape[1], q.shape[2], s.shape[2])
 
@@ -158,7 +158,7 @@ def emulate_scores(precision: str, q, S, signs, norms) -> NDArray[np.float64]:
     s = _signs(signs, "signs")
     g = _heads(q, s.shape[1])
     b, hq, lq, _ = q.shape
-    dots = round_to(np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(b, s.shape[1], g, lq, -1), s), acc)
+    dots = round_to(np.einsum("bhgqm,bhtm->bhgqt", sq.reshape(b, s.shape[1], g, lq, S.shape[0]), s), acc)
     out = round_to(round_to(SCALE / S.shape[0] * dots, acc) * n[:, :, None, None, :], precision)
     return out.reshape(b, hq, lq, s.shape[2])
 
@@ -310,3 +310,31 @@ def sphere_factor(D: int) -> float:
     Gamma((D + 1)/2)), 1 + 1/(4D) + O(1/D^2) (a bias of 0.2% at D = 128)."""
     D = integer(D, "D", minimum=1)
     return math.sqrt(math.pi * D / 2) * math.exp(gammaln(D / 2) - gammaln((D + 1) / 2)) / math.sqrt(math.pi)
+
+
+def estimates(q: ArrayLike, k: ArrayLike, projections: ArrayLike) -> NDArray[np.float64]:
+    """The score of one query-key pair (q, k [D]) under each projection [N, m, D]: [N]."""
+    q, k = _floats(q, "q", 1), _floats(k, "k", 1)
+    P = _floats(projections, "projections", 3)
+    if P.shape[2] != q.shape[0] or k.shape != q.shape:
+        raise ValueError(f"projections: expected [N, m, {q.shape[0]}] for q, k of dim {q.shape[0]}, got {P.shape}")
+    signs = np.where(P @ k > 0, 1.0, -1.0)
+    return SCALE / P.shape[1] * math.sqrt(float(k @ k)) * np.sum((P @ q) * signs, axis=1)
+
+
+def unbiasedness(q: ArrayLike, k: ArrayLike, projections: ArrayLike) -> tuple[float, float]:
+    """z-scores of the mean and the variance of `estimates` over N independent Gaussian
+    projections: z_mean = (mean - <q, k>) / sqrt(V / N), V = estimator_variance; z_var =
+    (s^2 - V) / sqrt((m4 - s^4) / N) with s^2 and m4 the sample variance and fourth
+    central moment (the variance of a sample variance, to first order). Both are
+    asymptotically N(0, 1) when the estimator is unbiased with variance V: |z| > 5.33
+    has probability 1e-7 for each."""
+    e = estimates(q, k, projections)
+    n = e.size
+    if n < 2:
+        raise ValueError("projections: at least 2 draws")
+    v = float(estimator_variance(q, k, np.shape(projections)[1]))
+    c = e - e.mean()
+    s2, m4 = float(np.mean(c**2)), float(np.mean(c**4))
+    z_mean = (float(e.mean()) - float(np.dot(_floats(q, "q"), _floats(k, "k")))) / math.sqrt(v / n)
+    return z_mean, (s2 - v) / math.sqrt(max(m4 - s2 * s2, 1e-300) / n)

@@ -4,14 +4,15 @@ inner products, b - 1 bits of that code plus a 1-bit QJL sketch of the residual
 (TurboQuant_prod).
 
   codebook(bits, dim)          levels c [2^b], thresholds t [2^b - 1] (ref.kv.beta_lloyd)
-  quantize_mse(x, Pi)          rho = ||x||, u = x / rho (u = 0 where rho = 0), y = Pi u,
+  quantize_mse(x, Pi)          rho = ||x||, y = (Pi x) / rho (y = 0 where rho = 0),
                                idx_j = the nearest level of y_j (a tie to the lower level)
   dequantize_mse(idx, rho, Pi) x_mse = rho * Pi^T c[idx]
   quantize_prod(x, Pi, S)      idx, rho = quantize_mse(x, Pi) at b - 1 bits,
-                               r = x - dequantize_mse(idx, rho, Pi), z = sign(S r) (sign(0) = +1),
-                               gamma = ||r||
+                               r = x - dequantize_mse(idx, rho, Pi), (z, gamma) = ref.kv.qjl.sketch(r, S):
+                               z = +1 where S r > 0, else -1 (QJL's convention), gamma = ||r||
   dequantize_prod(...)         x_mse + sqrt(pi/2) / m * gamma * S^T z
-  estimate_prod(q, ...)        <q, x_mse> + sqrt(pi/2) / m * gamma * <S q, z>  (= <q, dequantize_prod>)
+  estimate_prod(q, ...)        <q, x_mse> + ref.kv.qjl.scores(q, S, z, gamma)  (= <q, dequantize_prod>)
+                               where qjl.scores = sqrt(pi/2) / m * gamma * <S q, z>
 
 Shapes: x [..., d] (a cache [B, H, T, D]); Pi [d, d] orthogonal (an INPUT: the paper
 draws it by QR of a Gaussian matrix; a Hadamard with random signs also serves); S
@@ -31,13 +32,13 @@ E_S <q, dequantize_prod> = <q, x>.
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import choice, integer
+from ref.kv import qjl
 from ref.kv.beta_lloyd import MAX_BITS, coordinate_mse, lloyd_codebook
 
 __all__ = ["MSE_BITS", "PROD_BITS", "bits_per_element", "codebook", "dequantize_mse", "dequantize_prod",
@@ -45,7 +46,7 @@ __all__ = ["MSE_BITS", "PROD_BITS", "bits_per_element", "codebook", "dequantize_
 
 MSE_BITS = (1, 2, 3, 4)  # the widths the catalog's vectors cover; the oracle takes up to MAX_BITS
 PROD_BITS = (1, 2, 3, 4, 5)  # b - 1 = 0..4 bits of MSE code plus the sign bit
-SQRT_HALF_PI = math.sqrt(math.pi / 2)
+SQRT_HALF_PI = qjl.SCALE  # sqrt(pi/2)
 ORTHOGONAL_TOL = 1e-9  # max |Pi Pi^T - I| accepted (exact rotations give 0; a float64 QR about 1e-15)
 
 
@@ -161,8 +162,10 @@ def quantize_mse(x: ArrayLike, rotation: ArrayLike, *, bits: int = 2) -> tuple[N
     d = x.shape[-1]
     pi = _rotation(rotation, d)
     rho = np.sqrt(np.sum(x * x, axis=-1))  # [...]
-    u = np.divide(x, rho[..., None], out=np.zeros_like(x), where=rho[..., None] > 0)  # [..., d]
-    y = u @ pi.T  # [..., d]: Pi u
+    # y = Pi u = (Pi x) / rho, rotated first: Pi x is exact for dyadic x and an exact rotation, so a
+    # coordinate that is 0 lies exactly on the middle threshold (u = x / rho first would round it off 0)
+    px = x @ pi.T  # [..., d]
+    y = np.divide(px, rho[..., None], out=np.zeros_like(px), where=rho[..., None] > 0)  # [..., d]
     _, t = _codebook(bits, d)
     return _nearest(y, t), rho
 
@@ -188,9 +191,8 @@ def quantize_prod(x: ArrayLike, rotation: ArrayLike, projection: ArrayLike, *,
     s = _projection(projection, d)
     codes, rho = quantize_mse(x, rotation, bits=bits - 1)
     r = x - dequantize_mse(codes, rho, rotation, bits=bits - 1)  # [..., d]
-    sr = r @ s.T  # [..., m]
-    signs = np.where(sr >= 0, 1, -1).astype(np.int8)
-    return codes, rho, signs, np.sqrt(np.sum(r * r, axis=-1))
+    signs, gamma = qjl.sketch(r.reshape(1, 1, -1, d), s)  # [1, 1, N, m], [1, 1, N]
+    return codes, rho, signs.reshape(*r.shape[:-1], s.shape[0]), gamma.reshape(r.shape[:-1])
 
 
 def _sketch_parts(signs, residual_norms, projection, lead: tuple, dim: int):
@@ -227,8 +229,5 @@ def estimate_prod(q: ArrayLike, codes: ArrayLike, norms: ArrayLike, signs: Array
     b, h, _, d = x_mse.shape
     if q.ndim != 4 or q.shape[0] != b or q.shape[-1] != d or h == 0 or q.shape[1] % h:
         raise ValueError(f"q: expected [B={b}, g*{h}, Lq, {d}], got shape {q.shape}")
-    g = q.shape[1] // h
-    kv = lambda a: np.repeat(a, g, axis=1)  # [B, H, ...] -> [B, Hq, ...]  # noqa: E731
-    exact = q @ np.swapaxes(kv(x_mse), -1, -2)  # [B, Hq, Lq, T]
-    sketch = (q @ s.T) @ np.swapaxes(kv(z), -1, -2)  # [B, Hq, Lq, T]: <S q, z>
-    return exact + (SQRT_HALF_PI / s.shape[0]) * kv(gamma)[:, :, None, :] * sketch
+    exact = q @ np.swapaxes(np.repeat(x_mse, q.shape[1] // h, axis=1), -1, -2)  # [B, Hq, Lq, T]: <q, x_mse>
+    return exact + qjl.scores(q, s, z.astype(np.int8), gamma)  # + sqrt(pi/2) / m * gamma * <S q, z>

@@ -1,0 +1,367 @@
+"""TurboQuant (spec/kv.md#turboquant) as exact ops: the sphere-coordinate Lloyd-Max
+codebook, TurboQuant_mse's encoder and decoder, TurboQuant_prod's encoder and its
+inner-product estimator.
+
+  kv.turboquant.codebook        dim -> (levels [2^b], thresholds [2^b - 1])
+  kv.turboquant.quantize_mse    x [..., d], rotation [d, d] -> (codes int64 [..., d], norms [...])
+  kv.turboquant.dequantize_mse  codes, norms, rotation -> x_hat [..., d]
+  kv.turboquant.quantize_prod   x, rotation, projection [m, d] -> (codes, norms, signs int8 [..., m],
+                                residual_norms)
+  kv.turboquant.estimate_prod   q [B, Hq, Lq, d] and a prod cache [B, H, T] -> scores [B, Hq, Lq, T]
+
+Codes and signs compare bit for bit; floats (levels, norms, reconstructions, scores)
+within a stated relative tolerance (another summation order, another integration
+route to the same fixed point), so the float outputs regenerate within the golden
+bound. Rotations in the vectors are exact: signed permutations and Hadamard matrices
+of order 16 or 64 with random row signs, scaled by 1/4 or 1/8 (block-diagonal for
+d = 128); inputs are integers times powers of two.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ref.kv import turboquant as tq
+from ref.testing.catalog_types import Area, Flag, Variant, seed_for
+from ref.testing.compare import Comparison, Mismatch, compare_exact, compare_parts, float_bits
+from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
+from ref.testing.vector_files import Case, VectorSpec
+
+__all__ = ["FLAGS", "OPERATIONS", "TOLERANCE", "hadamard_rotation", "signed_permutation"]
+
+AREA = Area("kv", spec="spec/kv.md")
+TOLERANCE = {"codebook": 1e-9, "norms": 1e-13, "values": 1e-9}
+# relative to the output's largest magnitude: the codebook is a fixed point two integration routes reach within
+# 1e-11 (measured: 4e-12 at d = 4096, 4 bits); reconstructions, residual norms and scores inherit its 1e-9
+
+BITS_CODEBOOK = Variant("bits", (0, 1, 2, 3, 4), 2, "bits per coordinate (0: the one-level codebook {0})")
+BITS_MSE = Variant("bits", tq.MSE_BITS, 2, "bits per coordinate of TurboQuant_mse")
+BITS_PROD = Variant("bits", tq.PROD_BITS, 3, "total bits per coordinate of TurboQuant_prod: b - 1 of MSE code "
+                                             "plus the residual's sign bit")
+
+FLAGS = {
+    **COMMON,
+    "SphereDensity": Flag("the codebook of the Gaussian limit N(0, 1/d) (or of N(0, 1), the variance 1 instead of "
+                          "1/d) used for the exact sphere-coordinate density", "other levels and thresholds: "
+                          "at small d every level moves, with variance 1 the codes saturate"),
+    "Midpoints": Flag("thresholds that are not the midpoints of adjacent levels (equal-mass quantiles, or the "
+                      "levels themselves)", "coordinates between a quantile and a midpoint take the other code"),
+    "CodeTie": Flag("a coordinate exactly on a threshold (0 for an even level count) sent to the upper level",
+                    "zero coordinates and the all-zero key take code 2^(b-1) instead of 2^(b-1) - 1"),
+    "RotationInverse": Flag("the rotation applied as Pi^T on encode, or not inverted on decode (Pi^T twice, Pi "
+                            "twice)", "the reconstruction lands in another basis: errors of the size of x"),
+    "NormKept": Flag("the norm rho not stored or not applied (the paper's unit-vector form used on general x), "
+                     "or the residual norm gamma dropped or replaced by rho", "reconstructions and scores "
+                                                                               "off by the vector's length"),
+    "ProdBits": Flag("b bits for TurboQuant_prod's MSE part instead of b - 1", "codes of another width: the "
+                     "budget exceeded by one bit per coordinate"),
+    "BiasedScores": Flag("the MSE reconstruction's inner product used where TurboQuant_prod's unbiased one is "
+                         "defined (the QJL term left out)", "scores shrunk by 1 - D_mse (2/pi at 1 bit)"),
+    "SketchScale": Flag("the QJL term scaled by 1/d instead of 1/m, or without sqrt(pi/2)",
+                        "the residual's contribution off by m/d or by 1.2533"),
+    "SignOfZero": Flag("a residual's S r = 0 signed 0 (numpy's sign) or +1 where QJL's -1 is defined",
+                       "a zero residual (an all-zero key) gets signs 0 or +1"),
+    "GqaHeads": Flag("query head h reading cache head h % H instead of h // g", "scores against another "
+                                                                               "head's keys"),
+    "InputDtype": Flag("float16 or float32 inputs computed in their own precision, or a rank mishandled",
+                       "norms and reconstructions off by the input precision"),
+}
+
+_P = 2.0**-4
+
+
+def signed_permutation(rng, d: int) -> np.ndarray:
+    """A random signed permutation matrix [d, d] (exactly orthogonal)."""
+    m = np.zeros((d, d))
+    m[np.arange(d), rng.permutation(d)] = rng.choice([-1.0, 1.0], d)
+    return m
+
+
+def _sylvester(n: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def hadamard_rotation(rng, d: int) -> np.ndarray:
+    """A Sylvester Hadamard matrix of order n (16 or 64: 1/sqrt(n) a power of two) with
+    random row signs and columns permuted, block-diagonal when d is a multiple of n."""
+    n = 64 if d % 64 == 0 else 16
+    blocks = [_sylvester(n) * rng.choice([-1.0, 1.0], (n, 1)) / np.sqrt(n) for _ in range(d // n)]
+    out = np.zeros((d, d))
+    for i, b in enumerate(blocks):
+        out[i * n:(i + 1) * n, i * n:(i + 1) * n] = b
+    return out[:, rng.permutation(d)]
+
+
+def _keys(rng, shape, outlier: bool = True) -> np.ndarray:
+    """Integers in [-16, 16] times 2^-4, channel 3 times 8 (an outlier channel)."""
+    x = rng.integers(-16, 17, shape).astype(np.float64) * _P
+    if outlier and shape[-1] > 3:
+        x[..., 3] *= 8
+    return x
+
+
+def _projection(rng, m: int, d: int) -> np.ndarray:
+    """Integers in [-8, 8] times 2^-3 (a stand-in for N(0, 1): exact in every dtype)."""
+    return rng.integers(-8, 9, (m, d)).astype(np.float64) / 8
+
+
+def _close(kind: str):
+    tol = TOLERANCE[kind]
+
+    def compare(expected, actual) -> Comparison:
+        e, a = np.asarray(expected, np.float64), np.asarray(actual)
+        unit = "relative to the largest |value|"
+        if a.dtype.kind != "f":
+            return Comparison(False, e.size, e.size, np.inf, unit, problem=f"dtype: expected floats, got {a.dtype}")
+        if a.shape != e.shape:
+            return Comparison(False, e.size, e.size, np.inf, unit,
+                              problem=f"shape: expected {e.shape}, got {a.shape}")
+        scale = max(float(np.max(np.abs(e))) if e.size else 0.0, 2.0**-60)
+        with np.errstate(invalid="ignore"):
+            err = np.abs(a.astype(np.float64) - e) / scale
+        bad = ~(err <= tol)
+        if not bad.any():
+            return Comparison(True, e.size, 0, float(np.max(err)) if e.size else 0.0, unit, tolerance=tol)
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        first = Mismatch(i, repr(float(e[i])), repr(float(a[i])), float_bits(e[i], np.dtype(np.float64)),
+                         float_bits(float(a[i]), np.dtype(np.float64)))
+        worst = float(np.max(np.where(np.isnan(err), np.inf, err)))
+        return Comparison(False, e.size, int(bad.sum()), worst, unit, tolerance=tol, first=first)
+    return compare
+
+
+def _parts(*kinds):
+    comparators = tuple(compare_exact if k == "exact" else _close(k) for k in kinds)
+    return lambda expected, actual, names: compare_parts(expected, actual, names=names, comparators=comparators)
+
+
+def _compare(names, *kinds):
+    parts = _parts(*kinds)
+    return lambda expected, actual: parts(expected, actual, names)
+
+
+def codebook_vectors() -> list[VectorSpec]:
+    specs = [VectorSpec(f"d = {d}, {b} bits", ("SphereDensity", "Midpoints") if b else ("SphereDensity",),
+                        Case({"dim": np.int64(d)}, {"bits": b}))
+             for d in (2, 3, 16, 128) for b in (0, 1, 2, 3, 4)]
+    specs += [VectorSpec("d = 4096, 4 bits: near the Gaussian limit", ("SphereDensity", "Midpoints"),
+                         Case({"dim": np.int64(4096)}, {"bits": 4})),
+              VectorSpec("d = 1 is rejected (no sphere coordinate density)", (INVALID_INPUT,),
+                         Case({"dim": np.int64(1)}, {"bits": 2}), "invalid"),
+              VectorSpec("a float dim is rejected", (INVALID_INPUT,), Case({"dim": np.float64(128)}, {"bits": 2}),
+                         "invalid")]
+    return specs
+
+
+def _cache_cases(rng):
+    """(comment, flags, x, rotation) for the encoders: dtypes, ranks, rotations, edges."""
+    r16, r64, r128 = hadamard_rotation(rng, 16), hadamard_rotation(rng, 64), hadamard_rotation(rng, 128)
+    x = _keys(rng, (1, 2, 8, 64))
+    zero_row = _keys(rng, (1, 1, 4, 16))
+    zero_row[0, 0, 1] = 0  # an all-zero key: norm 0, every rotated coordinate on the middle threshold
+    sparse = _keys(rng, (2, 16))
+    sparse[:, ::3] = 0  # zero coordinates: with a signed permutation they stay exactly 0 (the middle threshold)
+    return [
+        ("a cache [1, 2, 8, 64], Hadamard rotation, an outlier channel", (RANDOM, "SphereDensity", "Midpoints",
+                                                                           "RotationInverse", "NormKept"), x, r64),
+        ("d = 128: block-diagonal Hadamard", ("SphereDensity", "RotationInverse"), _keys(rng, (1, 1, 6, 128)), r128),
+        ("d = 16, a signed permutation: small d, where the sphere density is far from Gaussian",
+         ("SphereDensity", "Midpoints", "RotationInverse"), _keys(rng, (1, 2, 5, 16)), signed_permutation(rng, 16)),
+        ("an all-zero key: norm 0, codes 2^(b-1) - 1 (the lower level at the tie 0), residual signs -1",
+         ("CodeTie", "NormKept", "SignOfZero"), zero_row, r16),
+        ("zero coordinates under a signed permutation: the tie at threshold 0 goes to the lower level",
+         ("CodeTie",), sparse, signed_permutation(rng, 16)),
+        ("float32 keys (widened exactly)", ("InputDtype",), x.astype(np.float32), r64),
+        ("float16 keys (widened exactly)", ("InputDtype",), x.astype(np.float16), r64),
+        ("one key: 1-d input", ("InputDtype",), x[0, 0, 0], r64),
+        ("an empty cache (T = 0)", (EMPTY_INPUT,), x[:, :, :0], r64),
+        ("keys scaled by 2^20: norms carry the scale", ("NormKept",), x[:, :1] * 2.0**20, r64),
+    ]
+
+
+def _invalid_encode(rng, extra: dict) -> list[VectorSpec]:
+    x = _keys(rng, (1, 1, 4, 16))
+    r = hadamard_rotation(rng, 16)
+    bad = lambda comment, **inputs: VectorSpec(comment, (INVALID_INPUT,), Case({"x": x, "rotation": r, **extra,  # noqa: E731
+                                                                                 **inputs}), "invalid")
+    skew = r.copy()
+    skew[0, 0] *= 2
+    return [
+        VectorSpec("a NaN key is rejected", (INVALID_INPUT, NAN),
+                   Case({"x": np.where(np.arange(16) == 2, np.nan, x), "rotation": r, **extra}), "invalid"),
+        bad("an Inf key is rejected", x=np.where(np.arange(16) == 5, np.inf, x)),
+        bad("a non-orthogonal rotation is rejected", rotation=skew),
+        bad("a rotation of the wrong size is rejected", rotation=hadamard_rotation(rng, 64)),
+        bad("integer keys are rejected", x=np.ones((1, 1, 4, 16), np.int32)),
+        bad("a head dim of 1 is rejected", x=x[..., :1], rotation=np.ones((1, 1))),
+    ]
+
+
+def quantize_mse_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("kv.turboquant.quantize_mse"))
+    specs = []
+    for comment, flags, x, rot in _cache_cases(rng):
+        specs.append(VectorSpec(comment, flags, Case({"x": x, "rotation": rot})))
+    x, rot = _keys(rng, (1, 1, 8, 64)), hadamard_rotation(rng, 64)
+    specs += [VectorSpec(f"{b} bits", ("SphereDensity", "Midpoints"), Case({"x": x, "rotation": rot}, {"bits": b}))
+              for b in tq.MSE_BITS]
+    return specs + _invalid_encode(rng, {})
+
+
+def dequantize_mse_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("kv.turboquant.dequantize_mse"))
+    specs = []
+    for b in tq.MSE_BITS:
+        for d, rot in ((64, hadamard_rotation(rng, 64)), (16, signed_permutation(rng, 16))):
+            codes = rng.integers(0, 1 << b, (1, 2, 4, d))
+            norms = rng.integers(0, 64, (1, 2, 4)) * 2.0**-3
+            specs.append(VectorSpec(f"{b} bits, d = {d}: random codes and norms (one may be 0)",
+                                    (RANDOM, "SphereDensity", "RotationInverse", "NormKept"),
+                                    Case({"codes": codes, "norms": norms, "rotation": rot}, {"bits": b})))
+    rot = hadamard_rotation(rng, 16)
+    codes, norms = rng.integers(0, 4, (3, 16)), rng.integers(1, 9, 3) * 0.5
+    bad = lambda comment, **inputs: VectorSpec(comment, (INVALID_INPUT,), Case({"codes": codes, "norms": norms,  # noqa: E731
+                                                                                 "rotation": rot, **inputs},
+                                                                                {"bits": 2}), "invalid")
+    return specs + [
+        VectorSpec("uint8 codes, float32 norms", ("InputDtype",),
+                   Case({"codes": codes.astype(np.uint8), "norms": norms.astype(np.float32), "rotation": rot})),
+        VectorSpec("no vectors", (EMPTY_INPUT,), Case({"codes": codes[:0], "norms": norms[:0], "rotation": rot})),
+        bad("a code 4 at 2 bits is rejected", codes=np.where(np.arange(16) == 3, 4, codes)),
+        bad("negative codes are rejected", codes=codes - 1),
+        bad("float codes are rejected", codes=codes.astype(np.float64)),
+        bad("norms of the wrong shape are rejected", norms=norms[:2]),
+        bad("a negative norm is rejected", norms=-norms),
+        bad("a non-orthogonal rotation is rejected", rotation=rot * 1.5),
+    ]
+
+
+def quantize_prod_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("kv.turboquant.quantize_prod"))
+    specs = []
+    for comment, flags, x, rot in _cache_cases(rng):
+        d = x.shape[-1]
+        specs.append(VectorSpec(comment, (*flags, "ProdBits"), Case({"x": x, "rotation": rot,
+                                                                     "projection": _projection(rng, d, d)})))
+    x, rot = _keys(rng, (1, 1, 8, 64)), hadamard_rotation(rng, 64)
+    specs += [VectorSpec(f"{b} bits: a {b - 1}-bit MSE code and the sign bit", ("ProdBits", "SphereDensity"),
+                         Case({"x": x, "rotation": rot, "projection": _projection(rng, 64, 64)}, {"bits": b}))
+              for b in tq.PROD_BITS]
+    specs.append(VectorSpec("a sketch of m = 32 rows for d = 64", ("SketchScale",),
+                            Case({"x": x, "rotation": rot, "projection": _projection(rng, 32, 64)})))
+    s16 = _projection(rng, 16, 16)
+    specs += _invalid_encode(rng, {"projection": s16})
+    specs.append(VectorSpec("a projection of the wrong width is rejected", (INVALID_INPUT,),
+                            Case({"x": x, "rotation": rot, "projection": _projection(rng, 64, 32)}), "invalid"))
+    return specs
+
+
+def _prod_cache(rng, b: int, hq: int, h: int, t: int, d: int, m: int | None = None, lq: int = 3):
+    m = d if m is None else m
+    rot, s = hadamard_rotation(rng, d), _projection(rng, m, d)
+    codes, norms, signs, gamma = tq.quantize_prod(_keys(rng, (1, h, t, d)), rot, s, bits=b)
+    return {"q": _keys(rng, (1, hq, lq, d), outlier=False), "codes": codes, "norms": norms, "signs": signs,
+            "residual_norms": gamma, "rotation": rot, "projection": s}
+
+
+def estimate_prod_vectors() -> list[VectorSpec]:
+    rng = np.random.default_rng(seed_for("kv.turboquant.estimate_prod"))
+    specs = [VectorSpec(f"{b} bits, Hq = 4 over H = 2 (GQA), T = 8, d = 64",
+                        (RANDOM, "BiasedScores", "SketchScale", "NormKept", "GqaHeads", "RotationInverse"),
+                        Case(_prod_cache(rng, b, 4, 2, 8, 64), {"bits": b})) for b in tq.PROD_BITS]
+    base = _prod_cache(rng, 3, 2, 2, 5, 16, m=8)
+    specs += [
+        VectorSpec("a sketch of m = 8 rows for d = 16: the QJL term scales by 1/m", ("SketchScale",), Case(base)),
+        VectorSpec("an empty cache (T = 0)", (EMPTY_INPUT,),
+                   Case({**base, **{k: base[k][:, :, :0] for k in ("codes", "norms", "signs", "residual_norms")}})),
+        VectorSpec("float32 queries", ("InputDtype",), Case({**base, "q": base["q"].astype(np.float32)})),
+        VectorSpec("signs of the wrong length are rejected", (INVALID_INPUT, "SketchScale"),
+                   Case({**base, "signs": base["signs"][..., :4]}), "invalid"),
+        VectorSpec("a sign 0 is rejected", (INVALID_INPUT, "SignOfZero"),
+                   Case({**base, "signs": np.where(np.arange(8) == 0, 0, base["signs"]).astype(np.int8)}), "invalid"),
+        VectorSpec("Hq not a multiple of H is rejected", (INVALID_INPUT, "GqaHeads"),
+                   Case({**base, "q": np.concatenate([base["q"]] * 3, axis=1)[:, :3]}), "invalid"),
+        VectorSpec("a NaN query is rejected", (INVALID_INPUT, NAN),
+                   Case({**base, "q": np.where(np.arange(16) == 1, np.nan, base["q"])}), "invalid"),
+    ]
+    return specs
+
+
+def _rotation_strategy(d: int):
+    return st.integers(0, 2**32 - 1).map(lambda s: signed_permutation(np.random.default_rng(s), d))
+
+
+def _encode_examples(prod: bool):
+    def examples(supported):
+        @st.composite
+        def case(draw):
+            bits = draw(st.sampled_from(list(supported["bits"])), label="bits")
+            d = draw(st.sampled_from([4, 16, 64]), label="d")
+            seed = draw(st.integers(0, 2**32 - 1), label="seed")
+            rng = np.random.default_rng(seed)
+            x = _keys(rng, (draw(st.integers(0, 6), label="T"), d), outlier=draw(st.booleans(), label="outlier"))
+            rot = hadamard_rotation(rng, d) if d % 16 == 0 and draw(st.booleans(), label="hadamard") \
+                else signed_permutation(rng, d)
+            inputs = {"x": x, "rotation": rot}
+            if prod:
+                inputs["projection"] = _projection(rng, draw(st.sampled_from([d, max(1, d // 2)]), label="m"), d)
+            return Case(inputs, {"bits": bits})
+        return case()
+    return examples
+
+
+def _dequantize_examples(supported):
+    @st.composite
+    def case(draw):
+        bits = draw(st.sampled_from(list(supported["bits"])), label="bits")
+        d = draw(st.sampled_from([4, 16, 64]), label="d")
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+        t = draw(st.integers(0, 6), label="T")
+        return Case({"codes": rng.integers(0, 1 << bits, (t, d)), "norms": rng.integers(0, 64, t) / 8.0,
+                     "rotation": signed_permutation(rng, d)}, {"bits": bits})
+    return case()
+
+
+def _estimate_examples(supported):
+    @st.composite
+    def case(draw):
+        bits = draw(st.sampled_from(list(supported["bits"])), label="bits")
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+        h, g = draw(st.integers(1, 2), label="H"), draw(st.integers(1, 2), label="g")
+        return Case(_prod_cache(rng, bits, h * g, h, draw(st.integers(0, 5), label="T"), 16,
+                                m=draw(st.sampled_from([8, 16]), label="m")), {"bits": bits})
+    return case()
+
+
+def _codebook_examples(supported):
+    return st.builds(lambda b, d: Case({"dim": np.int64(d)}, {"bits": b}),
+                     st.sampled_from(list(supported["bits"])), st.integers(2, 256))
+
+
+OPERATIONS = [
+    AREA.exact("turboquant.codebook", tq.codebook, anchor="turboquant-codebook", golden_float_bound=True,
+               summary="dim -> Lloyd-Max levels and midpoint thresholds of one coordinate of a uniform point on "
+                       "S^{dim-1}", variants=(BITS_CODEBOOK,), vectors=codebook_vectors,
+               examples=_codebook_examples, compare=_compare(("levels", "thresholds"), "codebook", "codebook"),
+               outputs=("levels", "thresholds")),
+    AREA.exact("turboquant.quantize_mse", tq.quantize_mse, anchor="turboquant-mse", golden_float_bound=True,
+               summary="x [..., d], rotation -> (codes, norms): the nearest level of each rotated unit coordinate",
+               variants=(BITS_MSE,), vectors=quantize_mse_vectors, examples=_encode_examples(False),
+               compare=_compare(("codes", "norms"), "exact", "norms"), outputs=("codes", "norms")),
+    AREA.exact("turboquant.dequantize_mse", tq.dequantize_mse, anchor="turboquant-mse", golden_float_bound=True,
+               summary="(codes, norms, rotation) -> norms * Pi^T levels[codes]", variants=(BITS_MSE,),
+               vectors=dequantize_mse_vectors, examples=_dequantize_examples, compare=_close("values")),
+    AREA.exact("turboquant.quantize_prod", tq.quantize_prod, anchor="turboquant-prod", golden_float_bound=True,
+               summary="x, rotation, projection -> (b-1 bit codes, norms, residual signs, residual norms)",
+               variants=(BITS_PROD,), vectors=quantize_prod_vectors, examples=_encode_examples(True),
+               compare=_compare(("codes", "norms", "signs", "residual_norms"), "exact", "norms", "exact", "values"),
+               outputs=("codes", "norms", "signs", "residual_norms")),
+    AREA.exact("turboquant.estimate_prod", tq.estimate_prod, anchor="turboquant-prod", golden_float_bound=True,
+               summary="q [B, Hq, Lq, d] against a prod cache -> unbiased scores [B, Hq, Lq, T]",
+               variants=(BITS_PROD,), vectors=estimate_prod_vectors, examples=_estimate_examples,
+               compare=_close("values")),
+]

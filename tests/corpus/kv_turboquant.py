@@ -1,0 +1,127 @@
+"""The TurboQuant bug corpus: wrong kernels written the way TurboQuant ports go wrong,
+each one step changed from the default kernel (ref.conformance.adapters.numpy_kv_turboquant).
+
+TURBOQUANT_BUGS: name -> (op, flag, kernel). `bug(name)` is the Implementation of that one op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from corpus import patched
+from ref.conformance.adapters import numpy_kv_turboquant as K
+from ref.conformance.implementation import Implementation
+from ref.quant import lloyd_max
+
+CB, QM, DM = "kv.turboquant.codebook", "kv.turboquant.quantize_mse", "kv.turboquant.dequantize_mse"
+QP, EP = "kv.turboquant.quantize_prod", "kv.turboquant.estimate_prod"
+
+
+def _gaussian(variance_one: bool):
+    """The Gaussian Lloyd-Max codebook, of N(0, 1) or of N(0, 1/d), for the sphere coordinate's."""
+    def replacement(original):
+        def levels_for(bits, dim):
+            if bits == 0:
+                return np.zeros(1), np.zeros(0)
+            c, t, _ = lloyd_max.codebook(bits)
+            s = 1.0 if variance_one else 1 / np.sqrt(dim)
+            return c * s, t * s
+        return levels_for
+    return replacement
+
+
+def _quantile_thresholds(original):
+    """The right levels, but thresholds at the equal-mass quantiles i / 2^b, not midpoints."""
+    def levels_for(bits, dim):
+        c, t = original(bits, dim)
+        n = 1 << bits
+        a = (dim - 1) / 2
+        return c, 2 * stats.beta.ppf(np.arange(1, n) / n, a, a) - 1
+    return levels_for
+
+
+def _tie_up(original):
+    return lambda y, t: np.sum(y[..., None] >= t, axis=-1).astype(np.int64)
+
+
+def _encode_with_transpose(original):
+    return lambda x, r: x @ r  # Pi^T x on encode (decode stays Pi^T y)
+
+
+def _decode_not_inverted(original):
+    return lambda y, r: y @ r.T  # Pi y on decode
+
+
+def _dequantize_unit(codes, norms, rotation, *, bits=2):
+    return K.dequantize_mse(codes, np.ones_like(np.asarray(norms, np.float64)), rotation, bits=bits)
+
+
+def _estimate(change_gamma):
+    def kernel(q, codes, norms, signs, residual_norms, rotation, projection, *, bits=3):
+        return K.estimate_prod(q, codes, norms, signs, change_gamma(np.asarray(residual_norms), np.asarray(norms)),
+                               rotation, projection, bits=bits)
+    return kernel
+
+
+def _float_kept(original):
+    def as_float(x, name, min_ndim=1):
+        out = original(x, name, min_ndim)
+        return out.astype(np.asarray(x).dtype) if np.asarray(x).dtype == np.float32 else out
+    return as_float
+
+
+def _constant(value):
+    return lambda original: (lambda *args: value(*args))
+
+
+TURBOQUANT_BUGS = {
+    # the issue's list
+    "Lloyd-Max codebook of N(0, 1) (variance 1, not 1/d)": (QM, "SphereDensity", patched(
+        K.quantize_mse, K, "levels_for", _gaussian(True))),
+    "Lloyd-Max codebook of N(0, 1), codebook op": (CB, "SphereDensity", patched(
+        K.codebook, K, "levels_for", _gaussian(True))),
+    "the Gaussian limit N(0, 1/d) for the sphere coordinate": (CB, "SphereDensity", patched(
+        K.codebook, K, "levels_for", _gaussian(False))),
+    "the Gaussian limit N(0, 1/d) in the encoder": (QM, "SphereDensity", patched(
+        K.quantize_mse, K, "levels_for", _gaussian(False))),
+    "boundaries at equal-mass quantiles, not midpoints": (CB, "Midpoints", patched(
+        K.codebook, K, "levels_for", _quantile_thresholds)),
+    "encoder with quantile boundaries": (QM, "Midpoints", patched(K.quantize_mse, K, "levels_for",
+                                                                  _quantile_thresholds)),
+    "rotation applied as Pi^T on encode (and Pi^T on decode)": (QM, "RotationInverse", patched(
+        K.quantize_mse, K, "rotate", _encode_with_transpose)),
+    "rotation not inverted on decode": (DM, "RotationInverse", patched(K.dequantize_mse, K, "unrotate",
+                                                                       _decode_not_inverted)),
+    "the MSE variant's scores where prod's unbiased ones are defined": (EP, "BiasedScores", patched(
+        K.estimate_prod, K, "qjl_scale", _constant(lambda m, d: 0.0))),
+    "residual norm dropped (gamma = 1)": (EP, "NormKept", _estimate(lambda gamma, rho: np.ones_like(gamma))),
+    "residual norm replaced by the key's norm": (EP, "NormKept", _estimate(lambda gamma, rho: rho)),
+    "b bits for prod's MSE part instead of b - 1": (QP, "ProdBits", patched(
+        K.quantize_prod, K, "mse_bits", _constant(lambda bits: bits))),
+    # further plausible slips
+    "a tie at a threshold sent to the upper level": (QM, "CodeTie", patched(K.quantize_mse, K, "nearest",
+                                                                            _tie_up)),
+    "norm not applied on decode (the unit-vector form)": (DM, "NormKept", _dequantize_unit),
+    "QJL term scaled by 1/d instead of 1/m": (EP, "SketchScale", patched(
+        K.estimate_prod, K, "qjl_scale", _constant(lambda m, d: np.sqrt(np.pi / 2) / d))),
+    "QJL term without sqrt(pi/2)": (EP, "SketchScale", patched(
+        K.estimate_prod, K, "qjl_scale", _constant(lambda m, d: 1.0 / m))),
+    "sign(0) = 0 (numpy's sign)": (QP, "SignOfZero", patched(
+        K.quantize_prod, K, "sign_bits", _constant(lambda v: np.sign(v).astype(np.int8)))),
+    "sign(0) = +1 (S r >= 0)": (QP, "SignOfZero", patched(
+        K.quantize_prod, K, "sign_bits", _constant(lambda v: np.where(v >= 0, 1, -1).astype(np.int8)))),
+    "query head h reads cache head h % H": (EP, "GqaHeads", patched(
+        K.estimate_prod, K, "head_of", _constant(lambda hq, g, h: hq % h))),
+    "float32 keys computed in float32": (QM, "InputDtype", patched(K.quantize_mse, K, "_float", _float_kept)),
+}
+
+
+# Run by a plain `pytest` (tests/test_runner_corpus_rule.py, about 0.1 s each); the rest are `deep` (up to 1.5 s).
+DEFAULT_PROFILE = ("the MSE variant's scores where prod's unbiased ones are defined",
+                   "rotation applied as Pi^T on encode (and Pi^T on decode)", "residual norm dropped (gamma = 1)")
+
+
+def bug(name: str) -> Implementation:
+    op, _, kernel = TURBOQUANT_BUGS[name]
+    return Implementation(f"bug: {name}", {op: kernel}, variants={op: K.VARIANTS[op]})
