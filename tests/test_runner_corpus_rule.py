@@ -26,6 +26,7 @@ from corpus import (
     groups_layouts,
     kernel_bugs,
     kv_kivi,
+    kv_oscar,
     kv_qjl,
     kv_turboquant,
     quant_awq,
@@ -88,7 +89,8 @@ def _entries():
     by_bug = ((specdec_rejection, "REJECTION_BUGS"), (quant_awq, "AWQ_BUGS"), (quant_lattice, "LATTICE_BUGS"),
               (quant_hqq, "HQQ_BUGS"), (quant_hadamard, "HADAMARD_BUGS"), (quant_rtn, "RTN_BUGS"),
               (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"),
-              (kv_kivi, "KIVI_BUGS"), (kv_qjl, "QJL_BUGS"), (kv_turboquant, "TURBOQUANT_BUGS"))
+              (kv_kivi, "KIVI_BUGS"), (kv_qjl, "QJL_BUGS"), (kv_turboquant, "TURBOQUANT_BUGS"),
+              (kv_oscar, "OSCAR_BUGS"))
     for module, registry in by_bug:
         for name, (op, flag, _) in getattr(module, registry).items():
             out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
@@ -113,6 +115,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "kv_kivi": {"KIVI_BUGS"},
               "kv_qjl": {"QJL_BUGS"},
               "kv_turboquant": {"TURBOQUANT_BUGS"},
+              "kv_oscar": {"OSCAR_BUGS"},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
@@ -139,6 +142,8 @@ def _params():
             marks.append(pytest.mark.deep)  # about 0.5 s each: the issue's own entries stay in the default profile
         if key[0] == "TURBOQUANT_BUGS" and key[1] not in kv_turboquant.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # the issue's own entry stays in the default profile
+        if key[0] == "OSCAR_BUGS" and key[1] not in kv_oscar.DEFAULT_PROFILE:
+            marks.append(pytest.mark.deep)  # 0.1-0.2 s each: the issue's entries stay in the default profile
         if key[0] == "GPTQ_BUGS":
             marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)
