@@ -124,15 +124,3 @@ def test_the_spec_table_lists_every_method():
     rows = [line.split("|")[1].strip() for line in _spec_table().splitlines()[2:]]
     assert rows == [m.name for m in compare.methods()]
 
-
-def test_qjl_outlier_keys_give_the_outlier_scores():
-    """The reconstruction the table reads has qjl.scores_outliers as its inner products."""
-    from ref.kv import qjl
-
-    c = synthetic.context(**{**SMALL, "tokens": 64})
-    s = synthetic.projection(32, 64, seed=3)
-    mask = qjl.outlier_channels(c.k, 32, 4)
-    parts = qjl.sketch_outliers(c.k, s, mask, 16)
-    keys = compare.qjl_outlier_keys(s, mask, *parts)
-    np.testing.assert_allclose(compare.scores(c.q, keys), qjl.scores_outliers(c.q, s, parts[0], parts[1], mask,
-                                                                               *parts[2:]), rtol=1e-11, atol=1e-9)

@@ -38,13 +38,13 @@ from numpy.typing import NDArray
 
 from ref.arguments import integer
 from ref.attention import attend
-from ref.kv import kivi, kivi_cache, qjl
+from ref.kv import kivi, kivi_cache, oscar, oscar_rotation, qjl, qjl_attend
 from ref.kv import turboquant as tq
 from ref.kv.synthetic import Context, context, projection, rotation
 from ref.quant import rtn
 
 __all__ = ["Method", "Row", "attention_output", "baseline_methods", "kivi_method", "measure", "methods",
-           "qjl_method", "qjl_outlier_keys", "render", "rtn_method", "scores", "table", "turbo_method"]
+           "oscar_method", "qjl_method", "render", "rtn_method", "scores", "table", "turbo_method"]
 
 TABLE_TOKENS = 32768  # the context length of the "bits @ 32k" column
 SEEDS = {"rotation_k": 1, "rotation_v": 2, "projection_k": 3}  # the random inputs' seeds (synthetic)
@@ -195,8 +195,8 @@ def qjl_method(m: int, *, outliers: int = 0, outlier_dim: int = 128, group: int 
     QJL's scores); S [m, D] Gaussian (synthetic.projection, seed SEEDS["projection_k"]).
     With `outliers` > 0, the reference's outlier treatment: in each group of `group`
     tokens the `outliers` channels of largest norm are sketched apart with the first
-    `outlier_dim` rows of S, read through `qjl_outlier_keys` (whose inner products are
-    qjl.scores_outliers).
+    `outlier_dim` rows of S, read through qjl_attend.decode_outliers (whose inner
+    products are qjl.scores_outliers).
     Values as the reference pairs them: per-token asymmetric groups (kivi's token axis),
     value_bits + 32 / value_group bits."""
 
@@ -206,7 +206,8 @@ def qjl_method(m: int, *, outliers: int = 0, outlier_dim: int = 128, group: int 
         if not outliers:
             return qjl.decode(qjl.encode(ctx.k, s), s), None, values
         mask = qjl.outlier_channels(ctx.k, group, outliers)  # [B, H, T / group, D]
-        return qjl_outlier_keys(s, mask, *qjl.sketch_outliers(ctx.k, s, mask, outlier_dim)), None, values
+        signs, norms, out_signs, out_norms = qjl.sketch_outliers(ctx.k, s, mask, outlier_dim)
+        return qjl_attend.decode_outliers(s, signs, norms, mask, out_signs, out_norms), None, values
 
     def cost(t: int, d: int) -> tuple[float, float]:
         key = qjl.bits_per_element(t, d, m=m, outliers=outliers, outlier_dim=outlier_dim if outliers else 0,
@@ -215,20 +216,6 @@ def qjl_method(m: int, *, outliers: int = 0, outlier_dim: int = 128, group: int 
 
     extra = f" + {outliers} outliers / {group} tok (m_out {outlier_dim})" if outliers else ""
     return Method(f"QJL m {m}{extra} (values {value_bits}-bit g {value_group})", code, cost)
-
-
-def qjl_outlier_keys(S: NDArray, outliers: NDArray, signs: NDArray, norms: NDArray, outlier_signs: NDArray,
-                     outlier_norms: NDArray) -> NDArray[np.float64]:
-    """The keys [B, H, T, D] whose inner products with any q are QJL's outlier scores
-    (qjl.scores_outliers), since each of its two terms is linear in q:
-    k' = sqrt(pi/2)/m ||k_in|| (1 - M) * S^T z + sqrt(pi/2)/m_out ||k_out|| M * S_out^T z_out,
-    M the token's outlier-channel mask, ||k_in|| = sqrt(max(||k||^2 - ||k_out||^2, 0))."""
-    m, mo = signs.shape[-1], outlier_signs.shape[-1]
-    mask = np.repeat(outliers, signs.shape[2] // outliers.shape[2], axis=2).astype(np.float64)  # [B, H, T, D]
-    n_in = np.sqrt(np.maximum(norms * norms - outlier_norms * outlier_norms, 0.0))  # [B, H, T]
-    inner = (qjl.SCALE / m * n_in)[..., None] * (signs.astype(np.float64) @ S)  # [B, H, T, D]
-    outer = (qjl.SCALE / mo * outlier_norms)[..., None] * (outlier_signs.astype(np.float64) @ S[:mo])
-    return (1 - mask) * inner + mask * outer
 
 
 def turbo_method(bits: int, *, variant: str = "mse") -> Method:
@@ -254,10 +241,38 @@ def turbo_method(bits: int, *, variant: str = "mse") -> Method:
     return Method(f"TurboQuant-{variant} {bits}-bit", code, cost)
 
 
+def oscar_method(*, calibrated: bool = True, k_clip: float = 0.96, v_clip: float = 0.92, group: int = 128,
+                 sink: int = 64, recent: int = 256) -> Method:
+    """OSCAR INT2 (ref.kv.oscar): keys and values rotated, per-token clipped (0.96 and
+    0.92 of the sorted |x|, the reference's serving flags), INT2 in groups of G = 128
+    with a float zero point, the first `sink` and last `recent` tokens in full
+    precision. The rotations come from the context's calibration tokens
+    (oscar_rotation.covariances, then rotation: U H P_br); `calibrated` False puts the
+    identity instead (the same INT2 codec and windows without a rotation)."""
+
+    def code(ctx: Context):
+        d = ctx.k.shape[-1]
+        if calibrated:
+            c_k, c_v = oscar_rotation.covariances(ctx.calibration_q, ctx.calibration_k, ctx.calibration_v)
+            r_k, r_v = oscar_rotation.rotation(c_k), oscar_rotation.rotation(c_v)
+        else:
+            r_k = r_v = np.eye(d)
+        options = dict(group=group, sink=sink, recent=recent)
+        return (oscar.decode(oscar.encode(ctx.k, r_k, clip_ratio=k_clip, **options)), None,
+                oscar.decode(oscar.encode(ctx.v, r_v, clip_ratio=v_clip, **options)))
+
+    def cost(t: int, d: int) -> tuple[float, float]:
+        per = oscar.bits_per_element(t, d, group=group, sink=sink, recent=recent)
+        return per, per
+
+    name = "OSCAR INT2" if calibrated else "INT2 + clip, no rotation"
+    return Method(f"{name} (g {group}, sink {sink}, recent {recent})", code, cost)
+
+
 def methods() -> tuple[Method, ...]:
     """Every row of the spec's table, in its order."""
     return (*baseline_methods(), kivi_method(2), kivi_method(4), qjl_method(256), qjl_method(128), qjl_method(256, outliers=8),
-            *(turbo_method(b) for b in (2, 3, 4)), *(turbo_method(b, variant="prod") for b in (2, 3, 4)))
+            *(turbo_method(b) for b in (2, 3, 4)), *(turbo_method(b, variant="prod") for b in (2, 3, 4)), oscar_method(), oscar_method(calibrated=False))
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
