@@ -20,7 +20,8 @@ decode step costs from the codes) and (b) ref.attention.attend on the already
 dequantized cache in its layout (the baseline). Ratio = (a) / (b). Where a codec also has its own
 attention oracle (kv.kivi.attend: quantize + attend in one call) it is timed too.
 
-Times are the best of --repeat calls after a warm-up call. Prints markdown tables.
+Times are the best of --repeat calls after a warm-up call (decode: (a) and (b)
+alternating, so that a change of load falls on both). Prints markdown tables.
 Run on demand; never part of the tests.
 """
 
@@ -36,7 +37,7 @@ from _timing import best
 
 from ref.attention import attend
 from ref.formats import intgroup
-from ref.kv import kivi, kivi_cache, qjl, synthetic
+from ref.kv import kivi, kivi_cache, oscar, oscar_rotation, qjl, synthetic
 from ref.kv import turboquant as tq
 from ref.quant import rtn
 
@@ -95,6 +96,19 @@ def _turbo(bits: int, variant: str) -> tuple[Callable, Callable]:
     return encode, decode
 
 
+def _oscar() -> tuple[Callable, Callable]:
+    """OSCAR INT2: rotations calibrated on 256 tokens of the synthetic generator, clip
+    0.96 (keys) and 0.92 (values), the first 64 and last 256 tokens kept."""
+    cal = synthetic.context(kv_heads=HKV, group=HQ // HKV, tokens=0, head_dim=D, calibration=256)
+    c_k, c_v = oscar_rotation.covariances(cal.calibration_q, cal.calibration_k, cal.calibration_v)
+    r_k, r_v = oscar_rotation.rotation(c_k), oscar_rotation.rotation(c_v)
+
+    def encode(x, role):
+        return oscar.encode(x, r_k if role == "k" else r_v, clip_ratio=0.96 if role == "k" else 0.92)
+
+    return encode, oscar.decode
+
+
 def codecs() -> dict[str, tuple[Callable, Callable, type]]:
     """name -> (encode(x, role "k" or "v") -> state, decode(state) -> x', input dtype)."""
     return {
@@ -106,6 +120,7 @@ def codecs() -> dict[str, tuple[Callable, Callable, type]]:
         "QJL m 256": (*_qjl(256), np.float32),
         "TurboQuant-mse 2-bit": (*_turbo(2, "mse"), np.float32),
         "TurboQuant-prod 3-bit": (*_turbo(3, "prod"), np.float32),
+        "OSCAR INT2": (*_oscar(), np.float32),
     }
 
 
@@ -140,6 +155,16 @@ def _attend(q, k, v):
     return out
 
 
+def _interleaved(base, fn, repeat: int) -> tuple[float, float]:
+    """The best of `repeat` runs of each, alternating, so that a change of the
+    machine's load falls on both."""
+    times_base, times = [], []
+    for _ in range(repeat):
+        times_base.append(best(base, 1))
+        times.append(best(fn, 1))
+    return min(times_base), min(times)
+
+
 def bench_decode(tokens: int, repeat: int, only: str | None) -> None:
     rng = np.random.default_rng(1)
     k = _keys(tokens)
@@ -154,8 +179,8 @@ def bench_decode(tokens: int, repeat: int, only: str | None) -> None:
         ks, vs = encode(k.astype(dtype), "k"), encode(v.astype(dtype), "v")
         kd, vd = _layout(decode(ks)), _layout(decode(vs))
         _attend(q, kd, vd)  # warm-up
-        t_base = best(lambda: _attend(q, kd, vd), repeat)
-        t = best(lambda: _attend(q, _layout(decode(ks)), _layout(decode(vs))), repeat)
+        t_base, t = _interleaved(lambda: _attend(q, kd, vd),
+                                 lambda: _attend(q, _layout(decode(ks)), _layout(decode(vs))), repeat)
         print(f"| {name} | {t:.3f} | {t_base:.3f} | {t / t_base:.2f} | {1 / t:.2f} |")
         del ks, vs, kd, vd
     if only and "kivi" not in only.lower():
