@@ -182,7 +182,7 @@ def bench_decode(tokens: int, repeat: int, only: str | None) -> None:
         t_base, t = _interleaved(lambda: _attend(q, kd, vd),
                                  lambda: _attend(q, _layout(decode(ks)), _layout(decode(vs))), repeat)
         print(f"| {name} | {t:.3f} | {t_base:.3f} | {t / t_base:.2f} | {1 / t:.2f} |")
-        del ks, vs, kd, vd
+        ks = vs = kd = vd = None  # freed before the next codec
     if only and "kivi" not in only.lower():
         return
     qc = np.swapaxes(q, 1, 2)  # the cache layout [B, Hq, Lq, D]

@@ -43,7 +43,7 @@ from ref.kv import turboquant as tq
 from ref.kv.synthetic import Context, context, projection, rotation
 from ref.quant import rtn
 
-__all__ = ["Method", "Row", "attention_output", "baseline_methods", "kivi_method", "measure", "methods",
+__all__ = ["Method", "Row", "attention_output", "baseline_methods", "kivi_method", "measure", "measure_all", "methods",
            "oscar_method", "qjl_method", "render", "rtn_method", "scores", "table", "turbo_method"]
 
 TABLE_TOKENS = 32768  # the context length of the "bits @ 32k" column
@@ -271,8 +271,10 @@ def oscar_method(*, calibrated: bool = True, k_clip: float = 0.96, v_clip: float
 
 def methods() -> tuple[Method, ...]:
     """Every row of the spec's table, in its order."""
-    return (*baseline_methods(), kivi_method(2), kivi_method(4), qjl_method(256), qjl_method(128), qjl_method(256, outliers=8),
-            *(turbo_method(b) for b in (2, 3, 4)), *(turbo_method(b, variant="prod") for b in (2, 3, 4)), oscar_method(), oscar_method(calibrated=False))
+    return (*baseline_methods(), kivi_method(2), kivi_method(4),
+            qjl_method(256), qjl_method(128), qjl_method(256, outliers=8),
+            *(turbo_method(b) for b in (2, 3, 4)), *(turbo_method(b, variant="prod") for b in (2, 3, 4)),
+            oscar_method(), oscar_method(calibrated=False))
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -293,10 +295,15 @@ def render(rows: Sequence[Row], *, tokens: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def table(ctx: Context | None = None, rows: Sequence[Method] | None = None) -> str:
-    """The spec's comparison table: every method measured on the default synthetic
-    context (ref.kv.synthetic.context())."""
+def measure_all(ctx: Context | None = None, rows: Sequence[Method] | None = None) -> list[Row]:
+    """Every method's row (default: `methods()`) on the context (default: the synthetic
+    context's defaults), the exact cache's scores and attention computed once."""
     ctx = context() if ctx is None else ctx
     reference = _reference(ctx)
-    return render([measure(m, ctx, reference=reference) for m in (methods() if rows is None else rows)],
-                  tokens=ctx.k.shape[2])
+    return [measure(m, ctx, reference=reference) for m in (methods() if rows is None else rows)]
+
+
+def table(ctx: Context | None = None, rows: Sequence[Method] | None = None) -> str:
+    """The spec's comparison table: `measure_all` rendered."""
+    ctx = context() if ctx is None else ctx
+    return render(measure_all(ctx, rows), tokens=ctx.k.shape[2])
