@@ -44,7 +44,7 @@ from ref.kv.beta_lloyd import MAX_BITS, coordinate_mse, lloyd_codebook
 __all__ = ["MSE_BITS", "PROD_BITS", "bits_per_element", "codebook", "dequantize_mse", "dequantize_prod",
            "estimate_prod", "mse_bias", "quantize_mse", "quantize_prod", "unit_mse"]
 
-MSE_BITS = (1, 2, 3, 4)  # the widths the catalog's vectors cover; the oracle takes up to MAX_BITS
+MSE_BITS = (1, 2, 3, 4)  # the widths the catalog's vectors cover; the oracle takes up to MAX_BITS (6)
 PROD_BITS = (1, 2, 3, 4, 5)  # b - 1 = 0..4 bits of MSE code plus the sign bit
 SQRT_HALF_PI = qjl.SCALE  # sqrt(pi/2)
 ORTHOGONAL_TOL = 1e-9  # max |Pi Pi^T - I| accepted (exact rotations give 0; a float64 QR about 1e-15)
@@ -60,7 +60,7 @@ def _codebook(bits: int, dim: int) -> tuple[NDArray, NDArray]:
 
 def codebook(bits, dim) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(levels [2^bits], thresholds [2^bits - 1]) of the Lloyd-Max quantizer of one
-    coordinate of a uniform point on S^{dim-1}; bits 0..8, dim >= 2."""
+    coordinate of a uniform point on S^{dim-1}; bits 0..6, dim >= 2."""
     bits = integer(bits, "bits", minimum=0, maximum=MAX_BITS)
     dim = integer(dim, "dim", minimum=2)
     c, t = _codebook(bits, dim)
@@ -83,7 +83,7 @@ def bits_per_element(bits: int, dim: int, *, variant: str = "mse", sketch: int |
                      norm_bits: int = 16) -> float:
     """Storage per cache element: mse: b + norm_bits / d (the norm rho in bf16);
     prod: (b - 1) + m / d + 2 norm_bits / d (rho and gamma; m = sketch rows, default d)."""
-    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS)
+    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS + 1)
     dim = integer(dim, "dim", minimum=2)
     variant = choice(variant, "variant", ("mse", "prod"))
     norm_bits = integer(norm_bits, "norm_bits", minimum=0)
@@ -185,7 +185,7 @@ def quantize_prod(x: ArrayLike, rotation: ArrayLike, projection: ArrayLike, *,
                   bits: int = 3) -> tuple[NDArray[np.int64], NDArray, NDArray[np.int8], NDArray]:
     """TurboQuant_prod's encoder: x [..., d] -> (codes [..., d] of b - 1 bits, norms [...],
     signs int8 [..., m], residual_norms [...])."""
-    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS)
+    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS + 1)
     x = _vectors(x, "x")
     d = x.shape[-1]
     s = _projection(projection, d)
@@ -210,7 +210,7 @@ def _sketch_parts(signs, residual_norms, projection, lead: tuple, dim: int):
 def dequantize_prod(codes: ArrayLike, norms: ArrayLike, signs: ArrayLike, residual_norms: ArrayLike,
                     rotation: ArrayLike, projection: ArrayLike, *, bits: int = 3) -> NDArray:
     """TurboQuant_prod's decoder: x_mse + sqrt(pi/2) / m * gamma * S^T z  [..., d] float64."""
-    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS)
+    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS + 1)
     x_mse = dequantize_mse(codes, norms, rotation, bits=bits - 1)
     s, z, gamma = _sketch_parts(signs, residual_norms, projection, x_mse.shape[:-1], x_mse.shape[-1])
     return x_mse + (SQRT_HALF_PI / s.shape[0]) * gamma[..., None] * (z @ s)
@@ -220,7 +220,7 @@ def estimate_prod(q: ArrayLike, codes: ArrayLike, norms: ArrayLike, signs: Array
                   rotation: ArrayLike, projection: ArrayLike, *, bits: int = 3) -> NDArray:
     """Inner products of queries q [B, Hq, Lq, d] with a TurboQuant_prod cache of [B, H, T]
     vectors -> scores [B, Hq, Lq, T]: <q, x_mse> + sqrt(pi/2) / m * gamma <S q, z>."""
-    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS)
+    bits = integer(bits, "bits", minimum=1, maximum=MAX_BITS + 1)
     x_mse = dequantize_mse(codes, norms, rotation, bits=bits - 1)  # [B, H, T, d]
     if x_mse.ndim != 4:
         raise ValueError(f"codes: expected a cache [B, H, T, d], got shape {np.shape(codes)}")
