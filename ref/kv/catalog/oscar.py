@@ -25,22 +25,22 @@ __all__ = ["FLAGS", "OPERATIONS"]
 GROUP = Variant("group", (128, 64, 32, 16), 128, "channels per scale and zero point (consecutive along D)")
 
 FLAGS = {
-    "HalfUp": Flag("codes rounded half to even (np.round, torch.round) where the reference adds 1/2 and truncates",
-                   "a value exactly between two levels takes the lower even code"),
-    "FloatZeroPoint": Flag("the zero point rounded to an integer (KIVI, GPTQ) where OSCAR keeps -min/scale as a "
-                           "float", "the group minimum no longer decodes to itself; every code may move by one"),
-    "ClipScope": Flag("the clip threshold taken over the whole tensor or per group instead of per token row",
-                      "rows of small magnitude are not clipped, or rows of large magnitude are clipped hard"),
-    "ClipRank": Flag("the threshold's rank off by one: round(ratio D), ceil, or ratio (D - 1) for floor(ratio D)",
-                     "one more or one fewer entry per row is clamped, and the scale follows"),
-    "SpanFloor": Flag("a constant group's span 0 not floored at 1e-8: a division by zero",
-                      "NaN or Inf codes and zero points for constant or all-zero rows"),
-    "QuarterInterleave": Flag("four consecutive codes per byte (sequential) where the reference packs channels "
-                              "j, j + D/4, j + D/2, j + 3D/4", "the unpacked row is permuted"),
-    "Float32Codec": Flag("the codec in float64 where the reference computes in float32",
-                            "codes at a step boundary flip; scales differ in the last bit"),
-    "TokenGroups": Flag("groups of G tokens of a channel (KIVI's keys) where OSCAR groups G channels of a token",
-                      "scales pair with the wrong elements"),
+    "OscarHalfUp": Flag("codes rounded half to even (np.round, torch.round) where the reference adds 1/2 and truncates",
+                        "a value exactly between two levels takes the lower even code"),
+    "OscarFloatZeroPoint": Flag("the zero point rounded to an integer (KIVI, GPTQ) where OSCAR keeps -min/scale as a "
+                                "float", "the group minimum no longer decodes to itself; every code may move by one"),
+    "OscarClipScope": Flag("the clip threshold taken over the whole tensor or per group instead of per token row",
+                           "rows of small magnitude are not clipped, or rows of large magnitude are clipped hard"),
+    "OscarClipRank": Flag("the threshold's rank off by one: round(ratio D), ceil, or ratio (D - 1) for floor(ratio D)",
+                          "one more or one fewer entry per row is clamped, and the scale follows"),
+    "OscarSpanFloor": Flag("a constant group's span 0 not floored at 1e-8: a division by zero",
+                           "NaN or Inf codes and zero points for constant or all-zero rows"),
+    "OscarQuarterInterleave": Flag("four consecutive codes per byte (sequential) where the reference packs channels "
+                                   "j, j + D/4, j + D/2, j + 3D/4", "the unpacked row is permuted"),
+    "OscarFloat32Codec": Flag("the codec in float64 where the reference computes in float32",
+                              "codes at a step boundary flip; scales differ in the last bit"),
+    "OscarTokenGroups": Flag("groups of G tokens of a channel (KIVI's keys) where OSCAR groups G channels of a token",
+                             "scales pair with the wrong elements"),
 }
 
 _P = 2.0**-5
@@ -86,41 +86,43 @@ def quantize_vectors() -> list[VectorSpec]:
     const = np.float32([[0.75] * 16, [0.0] * 16, [-3.0] * 16])
     v = VectorSpec
     return [
-        v("random rows [4, 128], an outlier channel, K's clip 0.96 (rank 122)", ("Random", "ClipRank"),
+        v("random rows [4, 128], an outlier channel, K's clip 0.96 (rank 122)", ("Random", "OscarClipRank"),
           Case({"x": x}, {"clip_ratio": 0.96})),
-        v("the same rows, V's clip 0.92 (rank 117)", ("Random", "ClipRank"), Case({"x": x}, {"clip_ratio": 0.92})),
-        v("clip 0: no clipping, plain INT2", ("Random", "FloatZeroPoint"), Case({"x": x}, {"clip_ratio": 0.0})),
-        v("clip 1: rank D - 1, the row maximum: no value changes", ("ClipRank",), Case({"x": x}, {"clip_ratio": 1.0})),
-        v("clip 0.5 on rows of 64: rank 32", ("ClipRank", "ClipScope"), Case({"x": scaled}, {"clip_ratio": 0.5,
-                                                                                     "group": 64})),
-        v("rows of different loudness: the threshold is per token", ("ClipScope",),
+        v("the same rows, V's clip 0.92 (rank 117)", ("Random", "OscarClipRank"), Case({"x": x}, {"clip_ratio": 0.92})),
+        v("clip 0: no clipping, plain INT2", ("Random", "OscarFloatZeroPoint"), Case({"x": x}, {"clip_ratio": 0.0})),
+        v("clip 1: rank D - 1, the row maximum: no value changes", ("OscarClipRank",),
+          Case({"x": x}, {"clip_ratio": 1.0})),
+        v("clip 0.5 on rows of 64: rank 32", ("OscarClipRank", "OscarClipScope"),
+          Case({"x": scaled}, {"clip_ratio": 0.5, "group": 64})),
+        v("rows of different loudness: the threshold is per token", ("OscarClipScope",),
           Case({"x": scaled}, {"clip_ratio": 0.9, "group": 64})),
-        v("rows of different loudness, groups of 16: the threshold is per token, not per group", ("ClipScope",),
+        v("rows of different loudness, groups of 16: the threshold is per token, not per group", ("OscarClipScope",),
           Case({"x": scaled}, {"clip_ratio": 0.75, "group": 16})),
-        v("ties: x / scale + zero = m + 1/2 rounds up", ("HalfUp",), Case({"x": _ties()}, {"clip_ratio": 0.0,
+        v("ties: x / scale + zero = m + 1/2 rounds up", ("OscarHalfUp",), Case({"x": _ties()}, {"clip_ratio": 0.0,
                                                                                          "group": 16})),
-        v("a zero point of 1.5 stays 1.5", ("FloatZeroPoint",), Case({"x": fz}, {"clip_ratio": 0.0, "group": 16})),
-        v("constant rows (3/4, 0, -3): span 0 floored to 1e-8, codes 0", ("SpanFloor",),
+        v("a zero point of 1.5 stays 1.5", ("OscarFloatZeroPoint",), Case({"x": fz}, {"clip_ratio": 0.0, "group": 16})),
+        v("constant rows (3/4, 0, -3): span 0 floored to 1e-8, codes 0", ("OscarSpanFloor",),
           Case({"x": const}, {"clip_ratio": 0.0, "group": 16})),
-        v("constant rows, clipped", ("SpanFloor",), Case({"x": const}, {"clip_ratio": 0.96, "group": 16})),
-        v("a row of 15 zeros and one 1: the threshold at rank 15 (ratio 0.96) is 1", ("ClipRank", "SpanFloor"),
+        v("constant rows, clipped", ("OscarSpanFloor",), Case({"x": const}, {"clip_ratio": 0.96, "group": 16})),
+        v("a row of 15 zeros and one 1: the threshold at rank 15 (ratio 0.96) is 1",
+          ("OscarClipRank", "OscarSpanFloor"),
           Case({"x": np.float32([0] * 15 + [1])[None, :]}, {"clip_ratio": 0.96, "group": 16})),
-    ] + [v(f"groups of {g} channels of each token", ("TokenGroups", "Random"), Case({"x": x[:2]}, {"group": g}))
+    ] + [v(f"groups of {g} channels of each token", ("OscarTokenGroups", "Random"), Case({"x": x[:2]}, {"group": g}))
          for g in (64, 32, 16)] + [
-        v("float16 rows (widened to float32)", ("Float32Codec",), Case({"x": x[:2].astype(np.float16)}, {})),
-        v("float64 rows that float32 cannot hold: rounded to float32 first", ("Float32Codec",),
+        v("float16 rows (widened to float32)", ("OscarFloat32Codec",), Case({"x": x[:2].astype(np.float16)}, {})),
+        v("float64 rows that float32 cannot hold: rounded to float32 first", ("OscarFloat32Codec",),
           Case({"x": (x[:2].astype(np.float64) / 3)}, {})),
-        v("float32 rows divided by 3: float32 steps, not float64", ("Float32Codec", "Random"),
+        v("float32 rows divided by 3: float32 steps, not float64", ("OscarFloat32Codec", "Random"),
           Case({"x": (x[:2] / np.float32(3))}, {})),
-        v("one token: 1-d x", ("TokenGroups",), Case({"x": x[0]}, {})),
-        v("a cache [B, H, T, D] = [1, 2, 3, 16]", ("TokenGroups", "Random"),
+        v("one token: 1-d x", ("OscarTokenGroups",), Case({"x": x[0]}, {})),
+        v("a cache [B, H, T, D] = [1, 2, 3, 16]", ("OscarTokenGroups", "Random"),
           Case({"x": _rows(rng, (1, 2, 3, 16))}, {"group": 16})),
         v("no tokens: [0, 128]", ("EmptyInput",), Case({"x": x[:0]}, {})),
         v("NaN is rejected", ("InvalidInput", "NaN"),
           Case({"x": np.where(np.arange(128) == 5, np.float32(np.nan), x[0])[None, :]}, {}), "invalid"),
         v("Inf is rejected", ("InvalidInput",),
           Case({"x": np.where(np.arange(128) == 9, np.float32(np.inf), x[0])[None, :]}, {}), "invalid"),
-        v("a group that does not divide D is rejected", ("InvalidInput", "TokenGroups"),
+        v("a group that does not divide D is rejected", ("InvalidInput", "OscarTokenGroups"),
           Case({"x": x[:, :96]}, {"group": 64}), "invalid"),
         v("integer x is rejected", ("InvalidInput",), Case({"x": np.ones((1, 128), np.int32)}, {}), "invalid"),
         v("a 0-d x is rejected", ("InvalidInput",), Case({"x": np.float32(1)}, {}), "invalid"),
@@ -129,7 +131,7 @@ def quantize_vectors() -> list[VectorSpec]:
           Case({"x": x[:1]}, {"clip_ratio": -0.1}), "invalid"),
         v("a range that overflows float32 is rejected", ("InvalidInput",),
           Case({"x": np.float32([3e38, -3e38] * 8)[None, :]}, {"clip_ratio": 0.0, "group": 16}), "invalid"),
-        v("float32 rows whose float64 steps give other codes", ("Float32Codec",),
+        v("float32 rows whose float64 steps give other codes", ("OscarFloat32Codec",),
           Case({"x": _float32_boundary()}, {"clip_ratio": 0.0, "group": 16})),
     ]
 
@@ -142,8 +144,9 @@ def dequantize_vectors() -> list[VectorSpec]:
     base = {"codes": codes, "scales": scales, "zeros": zeros}
     v = VectorSpec
     return [
-        v("random codes, groups of 64, float zero points", ("FloatZeroPoint", "Random"), Case(base, {"group": 64})),
-        v("one group per row (128)", ("TokenGroups",),
+        v("random codes, groups of 64, float zero points", ("OscarFloatZeroPoint", "Random"),
+          Case(base, {"group": 64})),
+        v("one group per row (128)", ("OscarTokenGroups",),
           Case({"codes": codes, "scales": scales[:, :1], "zeros": zeros[:, :1]}, {})),
         v("int64 codes", ("Random",), Case({**base, "codes": codes.astype(np.int64)}, {"group": 64})),
         v("no tokens", ("EmptyInput",), Case({"codes": codes[:0], "scales": scales[:0], "zeros": zeros[:0]},
@@ -153,7 +156,7 @@ def dequantize_vectors() -> list[VectorSpec]:
           Case({**base, "codes": codes.astype(np.float32)}, {"group": 64}), "invalid"),
         v("float64 scales are rejected", ("InvalidInput",),
           Case({**base, "scales": scales.astype(np.float64)}, {"group": 64}), "invalid"),
-        v("scales of the wrong shape are rejected", ("InvalidInput", "TokenGroups"),
+        v("scales of the wrong shape are rejected", ("InvalidInput", "OscarTokenGroups"),
           Case({**base, "scales": scales[:, :1]}, {"group": 64}), "invalid"),
     ]
 
@@ -163,12 +166,12 @@ def pack_vectors() -> list[VectorSpec]:
     v = VectorSpec
     distinct = np.uint8([0, 1, 2, 3, 1, 2, 3, 0, 2, 3, 0, 1, 3, 0, 1, 2])  # every byte differs by layout
     return [
-        v("16 codes, every quarter distinct: byte j holds channels j, j+4, j+8, j+12", ("QuarterInterleave",),
+        v("16 codes, every quarter distinct: byte j holds channels j, j+4, j+8, j+12", ("OscarQuarterInterleave",),
           Case({"codes": distinct}, {})),
-        v("random codes [2, 3, 128]", ("QuarterInterleave", "Random"),
+        v("random codes [2, 3, 128]", ("OscarQuarterInterleave", "Random"),
           Case({"codes": rng.integers(0, 4, (2, 3, 128)).astype(np.uint8)}, {})),
-        v("D = 4: one byte per row", ("QuarterInterleave",), Case({"codes": np.uint8([[3, 2, 1, 0], [0, 1, 2, 3]])},
-                                                                  {})),
+        v("D = 4: one byte per row", ("OscarQuarterInterleave",),
+          Case({"codes": np.uint8([[3, 2, 1, 0], [0, 1, 2, 3]])}, {})),
         v("no tokens", ("EmptyInput",), Case({"codes": np.zeros((0, 128), np.uint8)}, {})),
         v("code 4 is rejected, not masked", ("InvalidInput",), Case({"codes": np.uint8([4, 0, 0, 0])}, {}),
           "invalid"),
@@ -182,9 +185,9 @@ def unpack_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("kv.oscar.unpack"))
     v = VectorSpec
     return [
-        v("every byte as one row of 256", ("QuarterInterleave",),
+        v("every byte as one row of 256", ("OscarQuarterInterleave",),
           Case({"packed": np.arange(256, dtype=np.uint8)[None, :]}, {})),
-        v("random bytes [2, 2, 32]", ("QuarterInterleave", "Random"),
+        v("random bytes [2, 2, 32]", ("OscarQuarterInterleave", "Random"),
           Case({"packed": rng.integers(0, 256, (2, 2, 32)).astype(np.uint8)}, {})),
         v("no tokens", ("EmptyInput",), Case({"packed": np.zeros((0, 32), np.uint8)}, {})),
         v("int32 bytes are rejected", ("InvalidInput",), Case({"packed": np.zeros(4, np.int32)}, {}), "invalid"),

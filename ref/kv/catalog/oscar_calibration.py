@@ -32,21 +32,22 @@ COMPOSITION = Variant("composition", oscar_rotation.Composition, "r_h_pbr",
 BOUND = Bound(k=2.0, floor=8.0, scale="relative")
 
 FLAGS = {
-    "QueryOnlyRotation": Flag("R_K applied to the queries but not the keys (or R_V not undone on the output)",
-                              "scores q R . k are not q . k: attention reads a scrambled cache"),
-    "BitReversal": Flag("P_br left out (eigenvalue order kept) or applied as its inverse",
-                        "high-variance directions share quantization groups"),
-    "EigenOrder": Flag("eigenvalues ranked ascending (eigh's order) where P_br ranks them descending, or H and U "
-                       "composed in the other order", "another orthogonal R: a different spread of the variance"),
-    "EigenSign": Flag("eigenvector signs left as the solver returns them", "R's columns flip sign between solvers"),
-    "QueryGroups": Flag("a KV head's query group taken as heads h, h + H, ... (interleaved) instead of "
-                        "h g .. h g + g - 1", "C_K and C_V average the wrong queries"),
-    "ValueWeights": Flag("C_V without the attention weights k^T C_q k, or the weights not normalised to mean 1",
-                         "the value rotation ignores which tokens attention reads"),
-    "WindowEdge": Flag("the bf16 sink or recent window one token too long or too short",
-                       "a boundary token is quantized that should not be, or the reverse"),
-    "ClipSwap": Flag("K's clip ratio (0.96) used for V or V's (0.92) for K", "values clipped too little or keys "
-                     "too much"),
+    "OscarQueryOnlyRotation": Flag("R_K applied to the queries but not the keys (or R_V not undone on the output)",
+                                   "scores q R . k are not q . k: attention reads a scrambled cache"),
+    "OscarBitReversal": Flag("P_br left out (eigenvalue order kept) or applied as its inverse",
+                             "high-variance directions share quantization groups"),
+    "OscarEigenOrder": Flag("eigenvalues ranked ascending (eigh's order) where P_br ranks them descending, or H and U "
+                            "composed in the other order", "another orthogonal R: a different spread of the variance"),
+    "OscarEigenSign": Flag("eigenvector signs left as the solver returns them",
+                           "R's columns flip sign between solvers"),
+    "OscarQueryGroups": Flag("a KV head's query group taken as heads h, h + H, ... (interleaved) instead of "
+                             "h g .. h g + g - 1", "C_K and C_V average the wrong queries"),
+    "OscarValueWeights": Flag("C_V without the attention weights k^T C_q k, or the weights not normalised to mean 1",
+                              "the value rotation ignores which tokens attention reads"),
+    "OscarWindowEdge": Flag("the bf16 sink or recent window one token too long or too short",
+                            "a boundary token is quantized that should not be, or the reverse"),
+    "OscarClipSwap": Flag("K's clip ratio (0.96) used for V or V's (0.92) for K", "values clipped too little or keys "
+                          "too much"),
 }
 
 
@@ -85,14 +86,14 @@ def covariances_vectors() -> list[VectorSpec]:
     loud["q"][:, :2] *= 4  # query heads 0-1 (KV head 0's group) louder: interleaving mixes them into head 1
     v = VectorSpec
     return [
-        v("MHA, 2 heads, 10 tokens", ("Random", "ValueWeights"), Case(qkv(1, 2, 2, 10, 8), {})),
-        v("GQA 4/2, two batch rows", ("QueryGroups", "ValueWeights", "Random"), Case(qkv(2, 4, 2, 6, 8), {})),
-        v("GQA 4/2, group 0 louder: the group is heads 0-1, not 0 and 2", ("QueryGroups",), Case(loud, {})),
-        v("MQA: 3 query heads, one KV head, D = 16", ("QueryGroups", "Random"), Case(qkv(1, 3, 1, 9, 16), {})),
-        v("one token", ("ValueWeights",), Case(qkv(1, 2, 1, 1, 4), {})),
-        v("all-zero keys: weights 0, the sum floored at 1e-12, C_V = 0", ("ValueWeights",),
+        v("MHA, 2 heads, 10 tokens", ("Random", "OscarValueWeights"), Case(qkv(1, 2, 2, 10, 8), {})),
+        v("GQA 4/2, two batch rows", ("OscarQueryGroups", "OscarValueWeights", "Random"), Case(qkv(2, 4, 2, 6, 8), {})),
+        v("GQA 4/2, group 0 louder: the group is heads 0-1, not 0 and 2", ("OscarQueryGroups",), Case(loud, {})),
+        v("MQA: 3 query heads, one KV head, D = 16", ("OscarQueryGroups", "Random"), Case(qkv(1, 3, 1, 9, 16), {})),
+        v("one token", ("OscarValueWeights",), Case(qkv(1, 2, 1, 1, 4), {})),
+        v("all-zero keys: weights 0, the sum floored at 1e-12, C_V = 0", ("OscarValueWeights",),
           Case({**qkv(1, 2, 1, 3, 4), "k": np.zeros((1, 1, 3, 4), np.float32)}, {})),
-        v("float64 activations", ("ValueWeights",),
+        v("float64 activations", ("OscarValueWeights",),
           Case({n: a.astype(np.float64) for n, a in qkv(1, 2, 1, 5, 4).items()}, {})),
         v("no tokens is rejected", ("InvalidInput", "EmptyInput"), Case(qkv(1, 2, 1, 0, 4), {}), "invalid"),
         v("3 query heads over 2 KV heads is rejected", ("InvalidInput",), Case(qkv(1, 3, 2, 4, 4), {}), "invalid"),
@@ -106,16 +107,17 @@ def rotation_vectors() -> list[VectorSpec]:
     c16 = _covariance(rng, 16, rng.permutation(np.arange(1, 17) * 3))
     c64 = _covariance(rng, 64, rng.permutation(np.arange(1, 65) * 2 + 40))
     v = VectorSpec
-    specs = [v(f"D = 16, eigenvalues 3 .. 48, {comp}", ("BitReversal", "EigenOrder", "EigenSign"),
+    specs = [v(f"D = 16, eigenvalues 3 .. 48, {comp}", ("OscarBitReversal", "OscarEigenOrder", "OscarEigenSign"),
                Case({"c": c16}, {"composition": comp})) for comp in COMPOSITION.values]
     return specs + [
-        v("D = 64, eigenvalues 42 .. 168", ("BitReversal", "EigenOrder", "EigenSign", "Random"), Case({"c": c64}, {})),
-        v("a diagonal covariance (U a signed permutation)", ("BitReversal", "EigenSign"),
+        v("D = 64, eigenvalues 42 .. 168", ("OscarBitReversal", "OscarEigenOrder", "OscarEigenSign", "Random"),
+          Case({"c": c64}, {})),
+        v("a diagonal covariance (U a signed permutation)", ("OscarBitReversal", "OscarEigenSign"),
           Case({"c": np.diag(np.arange(8, 0, -1) * 1.0)}, {})),
-        v("D = 2: H the 2 x 2 Hadamard, P_br the identity", ("EigenOrder",),
+        v("D = 2: H the 2 x 2 Hadamard, P_br the identity", ("OscarEigenOrder",),
           Case({"c": np.array([[5.0, 2.0], [2.0, 2.0]])}, {})),
-        v("D = 1", ("EigenSign",), Case({"c": np.array([[4.0]])}, {})),
-        v("float32 covariance", ("BitReversal",), Case({"c": c16.astype(np.float32)}, {})),
+        v("D = 1", ("OscarEigenSign",), Case({"c": np.array([[4.0]])}, {})),
+        v("float32 covariance", ("OscarBitReversal",), Case({"c": c16.astype(np.float32)}, {})),
         v("D = 12, not a power of two, is rejected", ("InvalidInput",), Case({"c": np.eye(12)}, {}), "invalid"),
         v("a non-symmetric matrix is rejected", ("InvalidInput",), Case({"c": np.triu(np.ones((4, 4)))}, {}),
           "invalid"),
@@ -138,20 +140,20 @@ def attend_vectors() -> list[VectorSpec]:
     v = VectorSpec
     return [
         v("decode, GQA 4/2, T = 40: sink 4, INT2 28, recent 8; Hadamard rotations",
-          ("QueryOnlyRotation", "WindowEdge", "Random"), Case(case(1, 4, 2, 1, 40, 16), small)),
-        v("prefill Lq = T = 24, causal bottom-right", ("QueryOnlyRotation", "WindowEdge"),
+          ("OscarQueryOnlyRotation", "OscarWindowEdge", "Random"), Case(case(1, 4, 2, 1, 40, 16), small)),
+        v("prefill Lq = T = 24, causal bottom-right", ("OscarQueryOnlyRotation", "OscarWindowEdge"),
           Case(case(1, 2, 1, 24, 24, 16), small)),
-        v("no rotation (plain INT2 with windows)", ("WindowEdge", "ClipSwap"),
+        v("no rotation (plain INT2 with windows)", ("OscarWindowEdge", "OscarClipSwap"),
           Case(case(2, 2, 2, 2, 30, 16, rotate=False), small)),
-        v("distinct clip ratios: K 0.96, V 0.5", ("ClipSwap",), Case(case(1, 2, 2, 1, 30, 16), {**small,
+        v("distinct clip ratios: K 0.96, V 0.5", ("OscarClipSwap",), Case(case(1, 2, 2, 1, 30, 16), {**small,
                                                                                               "v_clip": 0.5})),
-        v("D = 64, groups of 32, signed-permutation x Hadamard rotations", ("QueryOnlyRotation", "Random"),
+        v("D = 64, groups of 32, signed-permutation x Hadamard rotations", ("OscarQueryOnlyRotation", "Random"),
           Case(case(1, 2, 1, 2, 20, 64), {"sink": 2, "recent": 3, "group": 32})),
-        v("T = sink + recent: nothing quantized", ("WindowEdge",), Case(case(1, 2, 1, 1, 12, 16), small)),
-        v("T = sink + recent + 1: one INT2 token", ("WindowEdge",), Case(case(1, 2, 1, 1, 13, 16), small)),
-        v("T < sink: all bf16", ("WindowEdge",), Case(case(1, 2, 1, 1, 3, 16), small)),
-        v("a single token", ("WindowEdge",), Case(case(1, 1, 1, 1, 1, 16), small)),
-        v("no sink, no recent window: everything INT2", ("WindowEdge",),
+        v("T = sink + recent: nothing quantized", ("OscarWindowEdge",), Case(case(1, 2, 1, 1, 12, 16), small)),
+        v("T = sink + recent + 1: one INT2 token", ("OscarWindowEdge",), Case(case(1, 2, 1, 1, 13, 16), small)),
+        v("T < sink: all bf16", ("OscarWindowEdge",), Case(case(1, 2, 1, 1, 3, 16), small)),
+        v("a single token", ("OscarWindowEdge",), Case(case(1, 1, 1, 1, 1, 16), small)),
+        v("no sink, no recent window: everything INT2", ("OscarWindowEdge",),
           Case(case(1, 2, 2, 1, 10, 16), {"sink": 0, "recent": 0, "group": 16})),
         v("a non-orthogonal r_k is rejected", ("InvalidInput",),
           Case({**case(1, 2, 1, 1, 10, 16), "r_k": np.eye(16) * 2}, small), "invalid"),
@@ -164,10 +166,10 @@ def attend_vectors() -> list[VectorSpec]:
         v("an empty cache (T = 0): no key seen, output 0", ("EmptyInput",),
           Case({**case(1, 2, 1, 1, 1, 16), "k": np.zeros((1, 1, 0, 16), np.float32),
                 "v": np.zeros((1, 1, 0, 16), np.float32)}, small)),
-        v("float16 q, k, v", ("WindowEdge", "Random"),
+        v("float16 q, k, v", ("OscarWindowEdge", "Random"),
           Case({name: a.astype(np.float16) if name in "qkv" else a for name, a in case(1, 2, 1, 1, 20, 16).items()},
                small)),
-        v("float64 q, k, v", ("QueryOnlyRotation",),
+        v("float64 q, k, v", ("OscarQueryOnlyRotation",),
           Case({name: a.astype(np.float64) for name, a in case(1, 2, 1, 1, 20, 16).items()}, small)),
     ]
 
