@@ -43,7 +43,14 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_quant_gemm`: quantized GEMMs as a kernel runs them: operands dequantized to
   bfloat16 (or their own scales), one float32 BLAS product, the output rounded;
 - `numpy_gptq`: GPTQ in float32 in the paper's unblocked form (one rank-1 update of
-  every later column per column), judged by the agreement rule.
+  every later column per column), judged by the agreement rule;
+- `numpy_kv_kivi`: KIVI's KV-cache codec with groups as the rows of a matrix in the
+  reference kernel's transposed layout, its int32 packing by shifts, the cache as
+  every token in arrival order with two counters, float32 attention over it;
+- `numpy_kv_qjl`: QJL sign sketches and scores in float32, the reference's outlier
+  split, attention over the decoded keys;
+- `numpy_kv_turboquant`: TurboQuant's codebooks by Gauss-Legendre quadrature in the
+  angle, the rotated codes by searching the thresholds, the residual sketch in float64.
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -62,6 +69,9 @@ from ref.conformance.adapters import (
     numpy_groups,
     numpy_hadamard,
     numpy_hqq,
+    numpy_kv_kivi,
+    numpy_kv_qjl,
+    numpy_kv_turboquant,
     numpy_lattice,
     numpy_paged,
     numpy_paged_attention,
@@ -82,7 +92,8 @@ PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_g
          numpy_roofline, numpy_paged, numpy_paged_attention, python_prefix_blocks, python_radix,
          numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq,
          numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_quant_gemm,
-         numpy_gptq)
+         numpy_gptq, numpy_kv_kivi, numpy_kv_qjl,
+         numpy_kv_turboquant)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"
