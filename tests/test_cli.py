@@ -290,6 +290,17 @@ def test_an_adapter_file_path_loads(tmp_path, spec):
     assert "formats.float8_e4m3fn.decode" in result.stdout and " pass" in result.stdout
 
 
+def test_an_adapter_file_imports_the_modules_beside_it(tmp_path):
+    """`--impl sub/adapter.py` run from elsewhere finds `sub/helpers.py`, as `python
+    sub/adapter.py` would."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "my_kernels.py").write_text(ONE_OP)
+    (tmp_path / "sub" / "adapter.py").write_text("from my_kernels import OPS\n")
+    result = ref_cli("conform", "--impl", "sub/adapter.py", "--examples", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "formats.float8_e4m3fn.decode" in result.stdout and " pass" in result.stdout
+
+
 def test_the_console_script_loads_a_module_from_the_current_directory(tmp_path):
     """`llm-ref` (the console script: its own directory, not the current one, heads
     sys.path) finds an adapter in the current directory as `python -m ref` does."""

@@ -115,6 +115,17 @@ def test_a_wrong_step_fails(toy):
     assert row.failures[0].where == "vector 1"
 
 
+def test_an_op_nothing_judged_is_not_a_pass(toy):
+    manifest = json.loads((toy / "manifest.json").read_text())
+    del manifest["ops"][OP.name]  # the op's vectors gone from the folder, and no examples
+    (toy / "manifest.json").write_text(json.dumps(manifest))
+    impl = Implementation("toy", {OP.name: step})
+    (row,) = runner.run(impl, golden=toy, examples=0, shrink=False).ops
+    assert row.verdict == "fail" and row.failures[0].comment == "nothing judged this op"
+    (row,) = runner.run(impl, golden=toy, examples=5, shrink=False).ops
+    assert row.verdict == "pass" and row.examples == 5  # examples alone judge it
+
+
 @pytest.mark.parametrize("declared, words", [
     ({"double": ["true"]}, ["toy.step.double", "[False, True]", "'true' is a str", "write True"]),
     ({"by": ["2"]}, ["toy.step.by", "[1, 2, 3]", "'2' is a str", "write 2"]),

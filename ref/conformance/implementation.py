@@ -219,7 +219,9 @@ def _import(module_name: str):
 
 
 def _import_file(path_text: str):
-    """Load a Python file as the module named by its stem (registered in sys.modules)."""
+    """Load a Python file as the module named by its stem (registered in sys.modules),
+    with its folder first on sys.path, as `python FILE` has it, so that it imports
+    the modules beside it."""
     path = Path(path_text)
     if not path.is_file():
         raise ValueError(f"--impl: no such file {path_text!r} (expected a Python file, e.g. ./my_adapter.py, "
@@ -227,6 +229,9 @@ def _import_file(path_text: str):
     if path.suffix != ".py":
         raise ValueError(f"--impl: {path_text!r} is not a .py file; give a Python file or a module name")
     name = path.stem
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     found = importlib.util.spec_from_file_location(name, path.resolve())
     module = importlib.util.module_from_spec(found)
     previous = sys.modules.get(name)

@@ -181,4 +181,11 @@ def run_op(op: Operation, impl: Implementation, chosen: Settings, watch: Watch |
         report.failures.append(Failure("op", "the runner could not finish judging this op", (), {},
                                        f"raised {short(exc)}"))
         report.verdict = "fail"
+    if report.verdict == "pass" and not (report.vectors_run or report.examples or report.exhaustive_cases
+                                         or report.compared):
+        # nothing judged the op (its vectors missing from the golden folder, no examples drawn): not a pass
+        where = chosen.golden or "the bundled golden folder"
+        report.failures.append(Failure("op", "nothing judged this op", (), {},
+                                       f"no golden vector for it in {where} and no random example"))
+        report.verdict = "fail"
     return annotate(report, op)
