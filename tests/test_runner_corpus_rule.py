@@ -144,6 +144,8 @@ def _params():
             marks.append(pytest.mark.deep)  # the issue's own entry stays in the default profile
         if key[0] == "OSCAR_BUGS" and key[1] not in kv_oscar.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # 0.1-0.2 s each: the issue's entries stay in the default profile
+        if key[0] == "KIVI_BUGS" and key[1] not in kv_kivi.DEFAULT_PROFILE:
+            marks.append(pytest.mark.deep)  # 0.2-0.6 s each: ADV15's cheap entries and its requantize stay
         if key[0] == "GPTQ_BUGS":
             marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)

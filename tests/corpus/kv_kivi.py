@@ -12,8 +12,10 @@ import numpy as np
 from corpus import patched
 from ref.conformance.adapters import numpy_kv_kivi as K
 from ref.conformance.implementation import Implementation
+from ref.testing.flags import INVALID_INPUT, NAN
 
 Q, PK, C, A = "kv.kivi.quantize", "kv.kivi.pack", "kv.kivi.cache", "kv.kivi.attend"
+DQ, UP = "kv.kivi.dequantize", "kv.kivi.unpack"
 
 
 def _keys_per_token(fn):
@@ -146,6 +148,140 @@ def _attend_stale_full(q, k, v, **kw):
     return K.attend(q, k, v, **{**kw, "bits_k": 8, "bits_v": 8}) if np.asarray(k).shape[2] else K.attend(q, k, v, **kw)
 
 
+# ADV15 (kivi): bugs an adversary's one-change kernels showed the vectors let through.
+
+def _any_bits(original):
+    """The width check gone: 1 and 16 bits run (16 bits: L = 65535 overflows float16)."""
+    return lambda bits: int(bits)
+
+
+def _decode_rows(codes, scale, mn, axis, group):
+    """code * scale + mn with no check at all (the dequantization step alone)."""
+    scale = np.asarray(scale)
+    rows = K.as_rows(np.asarray(codes), axis, group)
+    s, m = K.as_rows(scale, axis, 1), K.as_rows(np.asarray(mn), axis, 1)
+    return K.from_rows(rows.astype(scale.dtype) * s + m, np.shape(codes), axis)
+
+
+def _dequantize_top_only(codes, scale, mn, *, axis="channel", bits=2, group=32):
+    """The code range checked at the top only: a negative code decodes as code * scale + mn."""
+    c = np.asarray(codes)
+    if c.dtype.kind in "iu" and c.ndim == 4 and c.size and c.min() < 0 <= 2**bits - 1 - c.max():
+        return _decode_rows(c, scale, mn, axis, group)
+    return K.dequantize(codes, scale, mn, axis=axis, bits=bits, group=group)
+
+
+def _dequantize_float_codes(codes, scale, mn, *, axis="channel", bits=2, group=32):
+    """Float codes cast to integers instead of refused."""
+    c = np.asarray(codes)
+    if c.dtype.kind == "f" and np.isfinite(c).all():
+        c = c.astype(np.int64)
+    return K.dequantize(c, scale, mn, axis=axis, bits=bits, group=group)
+
+
+def _dequantize_mn_broadcast(codes, scale, mn, *, axis="channel", bits=2, group=32):
+    """Only the scale's shape checked: an mn that broadcasts is broadcast."""
+    s, m = np.asarray(scale), np.asarray(mn)
+    if m.shape != s.shape and m.ndim == s.ndim:
+        try:
+            m = np.broadcast_to(m, s.shape)
+        except ValueError:
+            pass
+    return K.dequantize(codes, scale, m, axis=axis, bits=bits, group=group)
+
+
+def _dequantize_nan_ok(codes, scale, mn, *, axis="channel", bits=2, group=32):
+    """scale and mn not checked for NaN or Inf: they run through the arithmetic."""
+    s, m = np.asarray(scale), np.asarray(mn)
+    if s.dtype.kind == "f" and m.dtype == s.dtype and not (np.isfinite(s).all() and np.isfinite(m).all()):
+        return _decode_rows(codes, s, m, axis, group)
+    return K.dequantize(codes, scale, mn, axis=axis, bits=bits, group=group)
+
+
+def _pack_negative_masked(codes, *, axis="channel", bits=2):
+    """A negative code's low b bits packed (its two's complement field) instead of refused."""
+    c = np.asarray(codes)
+    if c.dtype.kind == "i" and c.size and c.min() < 0:
+        c = c & (2**bits - 1)
+    return K.pack(c, axis=axis, bits=bits)
+
+
+def _unpack_int64(words, *, axis="channel", bits=2):
+    """int64 words truncated to their low 32 bits instead of refused."""
+    w = np.asarray(words)
+    return K.unpack(w.astype(np.int32) if w.dtype == np.int64 else w, axis=axis, bits=bits)
+
+
+def _unpack_any_rank(words, *, axis="channel", bits=2):
+    """The rank not checked: rank 3 and 5 words unpacked along the same axis number."""
+    w = np.asarray(words)
+    if w.ndim == 5:
+        return K.unpack(w.reshape(-1, *w.shape[2:]), axis=axis, bits=bits).reshape(*w.shape[:2], -1, *w.shape[3:])
+    if w.ndim == 3:
+        return K.unpack(w[None], axis=axis, bits=bits)[0]
+    return K.unpack(words, axis=axis, bits=bits)
+
+
+class _RequantizeHistory(K.KiviCache):
+    """At a key flush the dequantized key history and the window quantized again as one
+    tensor (transformers' QuantizedCache), not the R new keys alone."""
+
+    def decode(self, keys, values):
+        before = None if self.kq is None else self.kq.shape[2]
+        obs = super().decode(keys, values)
+        if before and self.kq.shape[2] > before:
+            history = np.concatenate([self.kq[:, :, :before], self.k[:, :, before:self.kq.shape[2]]], 2)
+            self.kq = K.roundtrip(history, "channel", self.bits_k, self.group)
+            obs = self.observe()
+        return obs
+
+
+class _KeysBeforeValues(K.KiviCache):
+    """decode validates and appends the keys, then validates the values: a refused value
+    leaves its key in the cache."""
+
+    def decode(self, keys, values):
+        if self.k is not None:
+            self.k = np.concatenate([self.k, self._arr(keys, 1)], 2)  # appended before the values are checked
+            self._arr(values, 1)  # a refusal here leaves the key appended
+            self.k = self.k[:, :, :-1]  # both valid: decode as the default kernel does
+        return super().decode(keys, values)
+
+
+class _Float64AsFloat32(K.KiviCache):
+    """A float64 cache stored and quantized in float32."""
+
+    def __init__(self, *, dtype="float16", **kw):
+        super().__init__(dtype="float32" if dtype == "float64" else dtype, **kw)
+
+
+class _Bits8AsBits4(K.KiviCache):
+    """No 8-bit key path: bits_k 8 falls back to 4."""
+
+    def __init__(self, *, bits_k=2, **kw):
+        super().__init__(bits_k=4 if bits_k == 8 else bits_k, **kw)
+
+
+def _attend_float16_cache(q, k, v, **kw):
+    """The cache built in float16 whatever k's dtype (float32 and float64 k, v rounded)."""
+    return K.attend(q, np.asarray(k).astype(np.float16), np.asarray(v).astype(np.float16), **kw)
+
+
+class _MemoizedAttend:
+    """attend memoizes the dequantized cache on (shape, dtype, params): a second call of the
+    same shapes and params reads the first call's cache."""
+
+    def __init__(self):
+        self.memo = {}
+
+    def __call__(self, q, k, v, **kw):
+        k, v = np.asarray(k), np.asarray(v)
+        key = (k.shape, str(k.dtype), tuple(sorted(kw.items())))
+        if key not in self.memo:
+            self.memo[key] = (k, v)
+        return K.attend(q, *self.memo[key], **kw)
+
+
 KIVI_BUGS = {
     "keys quantized per token instead of per channel": (Q, "KiviKeyAxis", _quantize_keys_per_token),
     "cache keys quantized per token": (C, "KiviKeyAxis", _CacheKeysPerToken),
@@ -165,7 +301,31 @@ KIVI_BUGS = {
     "stale full-precision keys read after a flush": (C, "KiviStaleBuffer", _StaleKeys),
     "flushed keys left in the full buffer": (C, "KiviStaleBuffer", _FlushNotEmptied),
     "attention reads the cache at 8 bits where 2 are declared": (A, "KiviKeyAxis", _attend_stale_full),
+    "quantize accepts 1 and 16 bits": (Q, INVALID_INPUT, patched(K.quantize, K, "check_bits", _any_bits)),
+    "dequantize accepts 1 and 16 bits": (DQ, INVALID_INPUT, patched(K.dequantize, K, "check_bits", _any_bits)),
+    "pack accepts 1 and 16 bits": (PK, INVALID_INPUT, patched(K.pack, K, "check_bits", _any_bits)),
+    "unpack accepts 1 and 16 bits": (UP, INVALID_INPUT, patched(K.unpack, K, "check_bits", _any_bits)),
+    "dequantize decodes a negative code": (DQ, INVALID_INPUT, _dequantize_top_only),
+    "dequantize casts float codes": (DQ, INVALID_INPUT, _dequantize_float_codes),
+    "dequantize broadcasts an mn of the wrong shape": (DQ, INVALID_INPUT, _dequantize_mn_broadcast),
+    "dequantize runs a NaN scale or an Inf mn": (DQ, NAN, _dequantize_nan_ok),
+    "pack masks a negative code into its field": (PK, INVALID_INPUT, _pack_negative_masked),
+    "unpack truncates int64 words": (UP, INVALID_INPUT, _unpack_int64),
+    "unpack takes words of any rank": (UP, INVALID_INPUT, _unpack_any_rank),
+    "key flush re-quantizes the key history": (C, "KiviRequantize", _RequantizeHistory),
+    "a refused value leaves its key in the cache": (C, "KiviStaleState", _KeysBeforeValues),
+    "a float64 cache kept in float32": (C, "KiviArithmeticDtype", _Float64AsFloat32),
+    "8-bit keys quantized at 4 bits": (C, "KiviScaleLevels", _Bits8AsBits4),
+    "attend builds a float16 cache for float32 and float64 k, v": (A, "KiviArithmeticDtype", _attend_float16_cache),
+    "attend memoizes the dequantized cache across calls": (A, "KiviStaleState", _MemoizedAttend()),
 }
+
+# The default profile runs every entry but three cache and two attend ones of ADV15 (each
+# replays every trace, 0.2 to 0.6 s on a loaded machine): `pytest -m deep` runs those.
+DEFAULT_PROFILE = set(KIVI_BUGS) - {"a float64 cache kept in float32", "8-bit keys quantized at 4 bits",
+                                    "a refused value leaves its key in the cache",
+                                    "attend builds a float16 cache for float32 and float64 k, v",
+                                    "attend memoizes the dequantized cache across calls"}
 
 
 def bug(name: str) -> Implementation:

@@ -123,6 +123,11 @@ def quantize_vectors() -> list[VectorSpec]:
         VectorSpec("a group of one element (every element its own min and max)", ("KiviGroupAxis", "KiviConstantGroup"),
                    _case(integers(rng, (1, 1, 4, 4)), "token", 2, 1)),
     ]
+    # ADV15 (kivi): a check written as `bits in (1, 2, 4, 8)` or "a power of two up to 16"
+    # passed, since only 3 bits was refused; 1 and 16 bits are refused too.
+    ramp = np.float16([0, 1, 2, 3]).reshape(1, 1, 1, 4)
+    specs += [VectorSpec(f"{b} bits is rejected (token)", (INVALID_INPUT,), _case(ramp, "token", b, 4), "invalid")
+              for b in (1, 16)]
     return specs
 
 
@@ -159,6 +164,25 @@ def dequantize_vectors() -> list[VectorSpec]:
             VectorSpec(f"mn in another dtype than scale is rejected ({axis})", (INVALID_INPUT,),
                        Case({**case.inputs, "mn": case.inputs["mn"].astype(np.float32)}, case.params), "invalid"),
         ]
+    # ADV15 (kivi): refusals a kernel skipped unseen (only a code above 2^b - 1 and a wrong
+    # scale shape were refused before): one group of 4 codes [1, 1, 1, 4] on the token axis.
+    codes = np.arange(4, dtype=np.int32).reshape(1, 1, 1, 4)
+    one = np.float16([[[[1]]]])
+
+    def tok(c=codes, s=one, m=one * 0, bits=2):
+        return Case({"codes": c, "scale": s, "mn": m}, {"axis": "token", "bits": bits, "group": 4})
+    two = np.tile(codes, 2)  # two groups: scale and mn [1, 1, 1, 2]
+    specs += [
+        VectorSpec("a negative code is rejected (token)", (INVALID_INPUT,), tok(c=codes - 1), "invalid"),
+        VectorSpec("float codes are rejected (token)", (INVALID_INPUT,), tok(c=codes.astype(np.float32)), "invalid"),
+        VectorSpec("mn of the wrong (broadcastable) shape is rejected: one mn for two groups",
+                   (INVALID_INPUT, "KiviGroupAxis"),
+                   Case({"codes": two, "scale": np.float16([1, 2]).reshape(1, 1, 1, 2), "mn": one * 5},
+                        {"axis": "token", "bits": 2, "group": 4}), "invalid"),
+        VectorSpec("a NaN scale is rejected", (NAN, INVALID_INPUT), tok(s=one * np.float16("nan")), "invalid"),
+        VectorSpec("an Inf mn is rejected", (NAN, INVALID_INPUT), tok(m=one * np.float16("inf")), "invalid"),
+        *(VectorSpec(f"{b} bits is rejected", (INVALID_INPUT,), tok(c=codes % 2, bits=b), "invalid") for b in (1, 16)),
+    ]
     return specs
 
 
@@ -196,6 +220,13 @@ def pack_vectors() -> list[VectorSpec]:
             VectorSpec(f"no tokens ({axis}, 4 bits)", (EMPTY_INPUT,),
                        _pack_case(np.zeros((1, 1, 0, 8), np.int32), axis, 4)),
         ]
+    # ADV15 (kivi): a negative code (its sign bits would fill the word) and 1 or 16 bits.
+    neg = np.zeros((1, 1, 1, 16), np.int32)
+    neg[..., 0] = -1
+    specs += [VectorSpec("a negative code is rejected, not folded into the word (token)", (INVALID_INPUT,),
+                         _pack_case(neg, "token", 2), "invalid")]
+    specs += [VectorSpec(f"{b} bits is rejected (token)", (INVALID_INPUT,),
+                         _pack_case(np.zeros((1, 1, 1, 32), np.int32), "token", b), "invalid") for b in (1, 16)]
     return specs
 
 
@@ -210,6 +241,19 @@ def unpack_vectors() -> list[VectorSpec]:
         specs.append(VectorSpec(f"uint32 words are rejected ({axis})", (INVALID_INPUT,),
                                 Case({"words": np.zeros((1, 1, 1, 4), np.uint32)}, {"axis": axis, "bits": 2}),
                                 "invalid"))
+    # ADV15 (kivi): int64 words (a kernel that truncated them to the low word passed), words
+    # of rank 5 and rank 3, and 1 or 16 bits.
+    specs += [
+        VectorSpec("int64 words are rejected, not truncated to their low 32 bits", (INVALID_INPUT,),
+                   Case({"words": np.int64([[[[2**32 + 5]]]])}, {"axis": "token", "bits": 8}), "invalid"),
+        VectorSpec("rank-5 words are rejected", (INVALID_INPUT,),
+                   Case({"words": np.zeros((1, 1, 1, 1, 1), np.int32)}, {"axis": "token", "bits": 8}), "invalid"),
+        VectorSpec("rank-3 words are rejected", (INVALID_INPUT,),
+                   Case({"words": np.zeros((1, 1, 1), np.int32)}, {"axis": "token", "bits": 8}), "invalid"),
+        *(VectorSpec(f"{b} bits is rejected", (INVALID_INPUT,),
+                     Case({"words": np.zeros((1, 1, 1, 4), np.int32)}, {"axis": "token", "bits": b}), "invalid")
+          for b in (1, 16)),
+    ]
     return specs
 
 

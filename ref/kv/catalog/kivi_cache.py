@@ -33,6 +33,13 @@ FLAGS = {
     "KiviStaleBuffer": Flag("after a flush, the full-precision buffer still read (not emptied, or the flushed "
                             "tokens read at full precision instead of dequantized)",
                             "tokens appear twice in the cache, or the cache reads values it no longer holds"),
+    "KiviRequantize": Flag("at a key flush the whole key history (the dequantized old keys with the new window) "
+                           "quantized again, as transformers' QuantizedCache does, instead of the R new keys alone",
+                           "old keys drift at every flush: a group whose maximum does not decode to itself gets "
+                           "another scale, and its tokens other values"),
+    "KiviStaleState": Flag("state carried across calls or past a refused step: a dequantized cache memoized on "
+                           "shapes and params, or a decode that appends its keys before its values are refused",
+                           "a call reads another call's cache, or the cache holds a token that was refused"),
 }
 
 B_K = Variant("bits_k", BITS.values, 2, "bits per key code")
@@ -92,7 +99,45 @@ def _traces() -> list[TraceSpec]:
                   (*_run(rng, 3, 0), (D, {"keys": one["keys"], "values": [[[[0.1, 0, 0, 0]]]]})), _SMALL, "invalid"),
         TraceSpec("a residual that is not a multiple of the group is refused", (INVALID_INPUT,), (),
                   {"group": 4, "residual": 6}, "invalid"),
+        # ADV15 (kivi): the traces below close gaps an adversary's one-change kernels found.
+        TraceSpec("keys re-quantized with their history at the second flush drift (G = R = 4, 2 bits): key "
+                  "channel 0 = 89.3125, 29.296875, 63.46875, 147.75, whose maximum decodes to 147.625",
+                  ("KiviRequantize",), _requantize(), {"group": 4, "residual": 4}),
+        TraceSpec("a decode whose values alone are refused appends no key: the next decode flushes R keys",
+                  (INVALID_INPUT, "KiviStaleState"),
+                  (*_run(rng, 3, 0), (D, {"keys": one["keys"], "values": [[[[0.1, 0, 0, 0]]]]}), (D, one), (D, one)),
+                  _SMALL, "invalid", refused=(2,)),
+        TraceSpec("a float64 cache: codes and scales in float64 (a float32 cache quantizes 0.25, 0.75 to other "
+                  "values)", ("KiviArithmeticDtype", *flush), _f64_run(rng), {"group": 4, "residual": 4,
+                                                                              "dtype": "float64"}),
+        TraceSpec("8-bit keys, 2-bit values, G = R = 4 (keys at 4 bits: other levels)", ("KiviScaleLevels", *flush),
+                  _run(rng, 6, 5),
+                  {"group": 4, "residual": 4, "bits_k": 8}),
+        TraceSpec("2 bits, G = 8, R = 16, D = 16 (the reference packs R keys and D value channels into int32 "
+                  "words, 16 codes a word): prefill 31, keys 16 + 15 and values 15 + 16; a decode flushes 16 keys "
+                  "and one value", ("KiviResidualWindow", "KiviKeyAxis", *flush),
+                  _run(rng, 31, 1, d=16), {"group": 8, "residual": 16}),
     ]
+
+
+def _requantize() -> tuple:
+    """A prefill of 4 tokens (keys: channel 0 non-zero, values 0), then 4 decodes of key
+    (1, 0, 0, 0): the second key flush. Exact: each value is an integer times 2^-6."""
+    ch0 = [89.3125, 29.296875, 63.46875, 147.75]
+    keys = [[[[x, 0.0, 0.0, 0.0] for x in ch0]]]
+    zeros = [[[[0.0] * 4] * 4]]
+    step = {"keys": [[[[1.0, 0.0, 0.0, 0.0]]]], "values": [[[[0.0] * 4]]]}
+    return ((P, {"keys": keys, "values": zeros}), *[(D, step)] * 4)
+
+
+def _f64_run(rng) -> tuple:
+    """A random prefill of 6 tokens with key channel 0 of the first 4 = 0, 0.25, 0.75, 1
+    (keys at 2 bits decode to 0, 1/3, 2/3, 1 in float64), then 5 decodes."""
+    steps = _run(rng, 6, 5)
+    prefill = steps[0][1]
+    for i, x in enumerate((0.0, 0.25, 0.75, 1.0)):
+        prefill["keys"][0][0][i][0] = x
+    return steps
 
 
 def _steps(model) -> st.SearchStrategy:
@@ -160,7 +205,25 @@ def _attend_vectors() -> list[VectorSpec]:
                    _attend_case(rng, 1, 3, 2, 1, 8, 8, **small), "invalid"),
         VectorSpec("a head dim the group does not divide is rejected", (INVALID_INPUT,),
                    _attend_case(rng, 1, 1, 1, 1, 8, 6, **small), "invalid"),
+        # ADV15 (kivi): k, v of float32 and float64 whose values float16 cannot hold (a kernel
+        # that built a float16 cache refused them or rounded them), with a quantized part.
+        *(VectorSpec(f"{np.dtype(dt).name} k, v (thirds, not exact in float16), T = 12: keys 8 quantized + 4 full, "
+                     "values 4 + 8", ("KiviArithmeticDtype",), _attend_thirds(rng, dt, **small))
+          for dt in (np.float32, np.float64)),
+        # Two vectors of one shape and the same params with other data: a kernel that memoizes
+        # the dequantized cache on (shape, dtype, params) answers the second with the first's cache.
+        *(VectorSpec(f"same shape and params as the vector {'after' if i == 0 else 'before'} it, other k and v "
+                     "(no memo across calls)", ("KiviStaleState",), _attend_case(rng, 1, 2, 1, 1, 10, 4, group=2,
+                                                                                   residual=4))
+          for i in range(2)),
     ]
+
+
+def _attend_thirds(rng, dtype, **params) -> Case:
+    q = integers(rng, (1, 2, 2, 8), dtype, outlier=False, span=64)
+    k = integers(rng, (1, 1, 12, 8), dtype) / dtype(3)
+    v = integers(rng, (1, 1, 12, 8), dtype, outlier=False) / dtype(3)
+    return Case({"q": q, "k": k, "v": v}, params)
 
 
 @st.composite
