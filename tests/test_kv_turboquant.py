@@ -215,3 +215,51 @@ def test_mse_variant_is_biased_by_one_minus_d_mse(bits):
     assert abs(ratios.mean() - 1) > Z * se
     if bits == 1:
         assert tq.mse_bias(1, 100000) == pytest.approx(2 / math.pi, rel=1e-4)
+
+
+# ------------------------------------------------------------------------------------ issue 15's vectors
+
+
+def test_near_threshold_keys_sit_where_the_catalog_says():
+    """The near-threshold vector's keys put y_0 at -1e-12, -1e-10, +1e-12, +5e-9, -5e-9 from the upper
+    threshold of d = 16, b = 2 (within 1 %), mirrored at the lower one; the spec table's 0.1058 is D_mse there."""
+    from ref.kv.catalog.turboquant import _near_threshold_keys
+    _, t = tq.codebook(2, 16)
+    x = _near_threshold_keys()
+    y0 = x[:, 0] / np.sqrt(np.sum(x * x, axis=-1))
+    gaps = y0[0::2] - t[2]
+    assert np.allclose(gaps, [-1e-12, -1e-10, 1e-12, 5e-9, -5e-9], rtol=1e-2, atol=0)
+    assert np.array_equal(y0[1::2], -y0[0::2])
+    codes, _ = tq.quantize_mse(x, np.eye(16), bits=2)
+    assert codes[0::2, 0].tolist() == [2, 2, 3, 3, 2] and codes[1::2, 0].tolist() == [1, 1, 0, 0, 1]
+    assert round(tq.unit_mse(2, 16), 4) == 0.1058
+
+
+def test_tiny_keys_and_cancelling_sketches_keep_their_codes_and_signs():
+    """No epsilon: keys scaled by 2^-50 have the codes and signs of their scale-1 copies; S r of
+    the cancelling pairs is exact in float64 and nonzero."""
+    from ref.kv.catalog.turboquant import _cancelling_keys, _keys
+    rng = np.random.default_rng(0)
+    x, rot, s = _keys(rng, (6, 16)), hadamard_rotation(rng, 16), rng.integers(-8, 9, (16, 16)) / 8
+    for b in (1, 3):
+        big, tiny = tq.quantize_prod(x, rot, s, bits=b), tq.quantize_prod(x * 2.0**-50, rot, s, bits=b)
+        assert np.array_equal(big[0], tiny[0]) and np.array_equal(big[2], tiny[2])
+        assert np.array_equal(big[1] * 2.0**-50, tiny[1])
+    xc, sc = _cancelling_keys(rng, 4)
+    exact = xc[:, 0::2] + xc[:, 1::2]
+    assert np.all(exact != 0) and np.all(np.abs(exact) <= 2.0**-42)
+    _, _, signs, _ = tq.quantize_prod(xc, np.eye(16), sc, bits=1)
+    assert np.array_equal(signs, np.where(exact > 0, 1, -1))
+
+
+def test_codebook_comparator_scales_by_the_largest_level_and_wants_exact_zeros():
+    from ref.kv.catalog.turboquant import OPERATIONS
+    compare = next(op for op in OPERATIONS if op.name.endswith("codebook")).compare
+    c, t = tq.codebook(1, 16)
+    assert compare((c, t), (c * (1 + 1e-12), t)).ok
+    assert not compare((c, t), (c, t - 1e-17)).ok  # the middle threshold: exactly 0
+    c, t = tq.codebook(2, 16)
+    assert compare((c, t), (c, t + np.array([1e-10, 0, -1e-10]))).ok
+    assert not compare((c, t), (c, t + np.array([1e-8, 0, 0]))).ok
+    c0, t0 = tq.codebook(0, 16)
+    assert not compare((c0, t0), (c0 + 1e-17, t0)).ok

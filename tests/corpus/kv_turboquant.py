@@ -13,6 +13,7 @@ from corpus import patched
 from ref.conformance.adapters import numpy_kv_turboquant as K
 from ref.conformance.implementation import Implementation
 from ref.quant import lloyd_max
+from ref.testing.flags import INVALID_INPUT
 
 CB, QM, DM = "kv.turboquant.codebook", "kv.turboquant.quantize_mse", "kv.turboquant.dequantize_mse"
 QP, EP = "kv.turboquant.quantize_prod", "kv.turboquant.estimate_prod"
@@ -71,6 +72,46 @@ def _float_kept(original):
     return as_float
 
 
+def _eps_unit(eps, clamp):
+    """y = Pi x / (rho + eps) or / max(rho, eps): a torch port's guard against 0/0."""
+    def replacement(original):
+        return lambda px, norms: px / (np.maximum(norms, eps) if clamp else norms + eps)[..., None]
+    return replacement
+
+
+def _rounded(dtype):
+    """An intermediate rounded to float32 or float16 before it is used."""
+    def replacement(original):
+        return lambda *args: original(*(np.asarray(a).astype(dtype).astype(np.float64) for a in args))
+    return replacement
+
+
+def _rounded_first(dtype):
+    """Only the first argument (the coordinates y, the residual r, the queries q) rounded."""
+    def replacement(original):
+        return lambda v, *rest: original(np.asarray(v).astype(dtype).astype(np.float64), *rest)
+    return replacement
+
+
+def _rounded_thresholds(original):
+    return lambda y, t: original(y, np.asarray(t).astype(np.float32).astype(np.float64))
+
+
+def _float_signs_accepted(q, codes, norms, signs, residual_norms, rotation, projection, *, bits=3):
+    z = np.asarray(signs)
+    z = z.astype(np.int8) if z.dtype.kind == "f" else z  # float signs converted instead of refused
+    return K.estimate_prod(q, codes, norms, z, residual_norms, rotation, projection, bits=bits)
+
+
+def _width_only(original):
+    def projection(p, d):
+        s = np.asarray(p, np.float64)
+        if s.ndim != 2 or s.shape[1] != d:
+            raise ValueError("projection: expected [m, d]")  # m = 0 let through
+        return s
+    return projection
+
+
 def _constant(value):
     return lambda original: (lambda *args: value(*args))
 
@@ -114,6 +155,32 @@ TURBOQUANT_BUGS = {
     "query head h reads cache head h % H": (EP, "GqaHeads", patched(
         K.estimate_prod, K, "head_of", _constant(lambda hq, g, h: hq % h))),
     "float32 keys computed in float32": (QM, "InputDtype", patched(K.quantize_mse, K, "_float", _float_kept)),
+    # issue 15's adversary: bugs that only tiny, near-threshold, full-mantissa or g != H inputs show
+    "y = Pi x / (rho + 1e-8)": (QM, "TinyNorm", patched(K.quantize_mse, K, "unit_coordinates",
+                                                      _eps_unit(1e-8, False))),
+    "y = Pi x / max(rho, 1e-12) (F.normalize)": (QM, "TinyNorm", patched(K.quantize_mse, K, "unit_coordinates",
+                                                                       _eps_unit(1e-12, True))),
+    "prod's encoder with y = Pi x / max(rho, 1e-6)": (QP, "TinyNorm", patched(K.quantize_prod, K, "unit_coordinates",
+                                                                            _eps_unit(1e-6, True))),
+    "residual sign as S r > 1e-12": (QP, "TinyNorm", patched(
+        K.quantize_prod, K, "sign_bits", _constant(lambda v: np.where(v > 1e-12, 1, -1).astype(np.int8)))),
+    "rotated unit coordinates compared in float32": (QM, "Float64Compute", patched(
+        K.quantize_mse, K, "nearest", _rounded_first(np.float32))),
+    "rotated unit coordinates stored in float16": (QM, "Float64Compute", patched(
+        K.quantize_mse, K, "nearest", _rounded_first(np.float16))),
+    "thresholds kept in float32": (QM, "Float64Compute", patched(K.quantize_mse, K, "nearest",
+                                                                 _rounded_thresholds)),
+    "the sketch S r in float32": (QP, "Float64Compute", patched(K.quantize_prod, K, "sketch",
+                                                                _rounded(np.float32))),
+    "the query sketch S q in float32": (EP, "Float64Compute", patched(K.estimate_prod, K, "sketch",
+                                                                      _rounded(np.float32))),
+    "queries rounded to float16": (EP, "Float64Compute", patched(K.estimate_prod, K, "sketch",
+                                                                 _rounded_first(np.float16))),
+    "query head h reads cache head h // H": (EP, "GqaHeads", patched(
+        K.estimate_prod, K, "head_of", _constant(lambda hq, g, h: hq // h))),
+    "float signs accepted": (EP, INVALID_INPUT, _float_signs_accepted),
+    "an empty projection (m = 0) accepted": (QP, INVALID_INPUT, patched(K.quantize_prod, K, "_projection",
+                                                                       _width_only)),
 }
 
 

@@ -97,6 +97,11 @@ def unrotate(y: np.ndarray, r: np.ndarray) -> np.ndarray:
     return y @ r
 
 
+def unit_coordinates(px: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """(Pi x) / rho, 0 where rho = 0: no epsilon, so a key of norm 1e-15 keeps its unit coordinates."""
+    return np.divide(px, norms[..., None], out=np.zeros_like(px), where=norms[..., None] > 0)
+
+
 def nearest(y: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Index of the nearest level; on a threshold, the lower one."""
     return np.sum(y[..., None] > t, axis=-1).astype(np.int64)
@@ -108,8 +113,7 @@ def quantize_mse(x, rotation, *, bits=2):
         raise ValueError("x: head dim < 2")
     r = rotation_matrix(rotation, x.shape[-1])
     norms = np.linalg.norm(x, axis=-1)
-    y = rotate(x, r)
-    y = np.divide(y, norms[..., None], out=np.zeros_like(y), where=norms[..., None] > 0)
+    y = unit_coordinates(rotate(x, r), norms)
     _, t = levels_for(bits, x.shape[-1])
     return nearest(y, t), norms
 
@@ -148,7 +152,12 @@ def quantize_prod(x, rotation, projection, *, bits=3):
     s = _projection(projection, x.shape[-1])
     codes, norms = quantize_mse(x, rotation, bits=mse_bits(bits))
     res = x - dequantize_mse(codes, norms, rotation, bits=mse_bits(bits))
-    return codes, norms, sign_bits(res @ s.T), np.linalg.norm(res, axis=-1)
+    return codes, norms, sign_bits(sketch(res, s)), np.linalg.norm(res, axis=-1)
+
+
+def sketch(v: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """S v in float64 (a float32 sketch rounds a nearly cancelling S r to 0 or flips it)."""
+    return v @ s.T
 
 
 def qjl_scale(m: int, d: int) -> float:
@@ -175,8 +184,8 @@ def estimate_prod(q, codes, norms, signs, residual_norms, rotation, projection, 
     for hq in range(q.shape[1]):
         kv = head_of(hq, g, h)
         exact = np.einsum("bld,btd->blt", q[:, hq], k_mse[:, kv])
-        sketch = np.einsum("bld,btd->blt", q[:, hq] @ s.T, z[:, kv].astype(np.float64))
-        out[:, hq] = exact + qjl_scale(s.shape[0], d) * gamma[:, kv][:, None, :] * sketch
+        dots = np.einsum("bld,btd->blt", sketch(q[:, hq], s), z[:, kv].astype(np.float64))
+        out[:, hq] = exact + qjl_scale(s.shape[0], d) * gamma[:, kv][:, None, :] * dots
     return out
 
 

@@ -19,6 +19,8 @@ d = 128); inputs are integers times powers of two.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -62,10 +64,19 @@ FLAGS = {
                         "the residual's contribution off by m/d or by 1.2533"),
     "SignOfZero": Flag("a residual's S r = 0 signed 0 (numpy's sign) or +1 where QJL's -1 is defined",
                        "a zero residual (an all-zero key) gets signs 0 or +1"),
-    "GqaHeads": Flag("query head h reading cache head h % H instead of h // g", "scores against another "
-                                                                               "head's keys"),
+    "GqaHeads": Flag("query head h reading cache head h % H (or h // H) instead of h // g",
+                     "scores against another head's keys"),
     "InputDtype": Flag("float16 or float32 inputs computed in their own precision, or a rank mishandled",
                        "norms and reconstructions off by the input precision"),
+    "TinyNorm": Flag("an absolute epsilon where the spec has none: y = Pi x / (rho + eps) or / max(rho, eps) "
+                     "(a torch port's guard against 0/0), or the residual sign taken as S r > eps",
+                     "keys of norm about 1e-15 get the middle codes (their unit coordinates shrunk toward 0) "
+                     "and residual signs -1"),
+    "Float64Compute": Flag("an intermediate rounded to float32 or float16 in what the spec computes in float64: "
+                           "the rotated unit coordinates or the thresholds before the comparison, the sketch "
+                           "S r, the queries or their sketch S q (a CUDA or Triton kernel's precision)",
+                           "codes flip for coordinates within about 1e-8 of a threshold, signs flip where S r "
+                           "nearly cancels, scores off by about 1e-8 of their largest magnitude"),
 }
 
 _P = 2.0**-4
@@ -110,18 +121,19 @@ def _projection(rng, m: int, d: int, dtype=np.float32) -> np.ndarray:
     return (rng.integers(-8, 9, (m, d)).astype(np.float64) / 8).astype(dtype)
 
 
-def _close(kind: str):
+def _close(kind: str, scale_of: float | None = None):
     tol = TOLERANCE[kind]
 
     def compare(expected, actual) -> Comparison:
         e, a = np.asarray(expected, np.float64), np.asarray(actual)
-        unit = "relative to the largest |value|"
+        unit = "relative to the largest |value|" if scale_of is None else "relative to the largest |level|"
         if a.dtype.kind != "f":
             return Comparison(False, e.size, e.size, np.inf, unit, problem=f"dtype: expected floats, got {a.dtype}")
         if a.shape != e.shape:
             return Comparison(False, e.size, e.size, np.inf, unit,
                               problem=f"shape: expected {e.shape}, got {a.shape}")
-        scale = max(float(np.max(np.abs(e))) if e.size else 0.0, 2.0**-60)
+        scale = max(float(np.max(np.abs(e))) if e.size else 0.0, 2.0**-60) if scale_of is None \
+            else max(scale_of, 2.0**-60)
         with np.errstate(invalid="ignore"):
             err = np.abs(a.astype(np.float64) - e) / scale
         bad = ~(err <= tol)
@@ -133,6 +145,32 @@ def _close(kind: str):
         worst = float(np.max(np.where(np.isnan(err), np.inf, err)))
         return Comparison(False, e.size, int(bad.sum()), worst, unit, tolerance=tol, first=first)
     return compare
+
+
+def _compare_codebook(expected, actual) -> Comparison:
+    """Levels and thresholds within TOLERANCE["codebook"] of the largest reference level (not of each
+    output's own largest value: at b = 1 the one threshold is 0); a value the reference has exactly 0
+    (the middle threshold, the b = 0 level: the tie rule needs them exact) must be exactly 0."""
+    names = ("levels", "thresholds")
+    if not isinstance(actual, tuple) or len(actual) != 2:
+        return Comparison(False, 0, 0, np.inf, "", problem=f"expected a tuple of outputs {names}")
+    levels = np.asarray(expected[0], np.float64)
+    scale = float(np.max(np.abs(levels))) if levels.size else 0.0
+    last = None
+    for name, e, a in zip(names, expected, actual):
+        last = replace(_close("codebook", scale)(e, a), part=name)
+        if not last.ok:
+            return last
+        e, a = np.asarray(e, np.float64), np.asarray(a, np.float64)
+        zero = (e == 0) & (a != 0)
+        if zero.any():
+            i = tuple(int(j) for j in np.argwhere(zero)[0])
+            first = Mismatch(i, repr(float(e[i])), repr(float(a[i])), float_bits(e[i], np.dtype(np.float64)),
+                             float_bits(float(a[i]), np.dtype(np.float64)))
+            return Comparison(False, e.size, int(zero.sum()), float(np.max(np.abs(a[zero]))), "absolute",
+                              tolerance=0.0, first=first, part=name,
+                              problem="a middle threshold or a b = 0 level must be exactly 0 (the tie rule)")
+    return last
 
 
 def _parts(*kinds):
@@ -212,7 +250,44 @@ def quantize_mse_vectors() -> list[VectorSpec]:
     x, rot = _keys(rng, (1, 1, 16, 16)), hadamard_rotation(rng, 16)
     specs += [VectorSpec(f"{b} bits, d = 16", ("SphereDensity", "Midpoints"),
                          Case({"x": x, "rotation": rot}, {"bits": b})) for b in tq.MSE_BITS]
-    return specs + _invalid_encode(rng, {})
+    specs += _invalid_encode(rng, {})
+    # appended (issue 15): keeps the ids above
+    specs.append(VectorSpec("keys of norm about 1e-15 (k/16 times 2^-50): the unit coordinates do not depend on "
+                            "the scale (no epsilon in the division)", ("TinyNorm", "NormKept"),
+                            Case({"x": _keys(rng, (1, 1, 6, 16)) * 2.0**-50, "rotation": hadamard_rotation(rng, 16)})))
+    specs.append(VectorSpec("rotated coordinates 1e-12, 1e-10 and 5e-9 from the thresholds +-0.2398 (d = 16, 2 bits, "
+                            "the identity): a float32 or float16 comparison flips them", ("Float64Compute", "Midpoints"),
+                            Case({"x": _near_threshold_keys(), "rotation": np.eye(16)}, {"bits": 2})))
+    return specs
+
+
+# x = (+-1, A 2^-50, 0, ..., 0) puts y_0 = 1 / sqrt(1 + (A 2^-50)^2) at these distances from the upper threshold
+# t = 0.2398478911673912 of the d = 16, 2-bit codebook (A found once by solving for y_0 = t + gap, then rounded):
+# y_0 - t = -1.0e-12, -1.0e-10, +1.0e-12, +5.0e-9, -5.0e-9. float32(t) is t + 7.3e-9 and float16(t) is t + 2.0e-5,
+# so float32 y flips the first two, float32 t the third and fourth, float16 all but the fifth. They keep at least
+# 1e-12 from t (the oracle and the default kernel agree on t to 3e-16), far above an ulp (enc_recip's 1/rho x is
+# legal: it differs only within an ulp of a threshold)
+_NEAR_T = (4557202584825132, 4557202586820986, 4557202584784812, 4557202484004280, 4557202685605668)
+
+
+def _near_threshold_keys() -> np.ndarray:
+    x = np.zeros((2 * len(_NEAR_T), 16))
+    for i, a in enumerate(_NEAR_T):
+        x[2 * i, :2] = 1.0, a * 2.0**-50
+        x[2 * i + 1, :2] = -1.0, -a * 2.0**-50  # the lower threshold -t, mirrored
+    return x
+
+
+def _cancelling_keys(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys [n, 16] of full 53-bit mantissas in pairs (x_2i, x_2i+1) = (M, -(M - delta)) 2^-52, and the
+    projection rows e_2i + e_2i+1: S x = delta 2^-52 exactly in float64, 0 once the pair is rounded to float32."""
+    m = rng.integers(2**52, 2**53, (n, 8))
+    delta = rng.integers(1, 2**10, (n, 8)) * np.where(np.arange(8) % 4 == 3, -1, 1)
+    x = np.zeros((n, 16))
+    x[:, 0::2], x[:, 1::2] = m * 2.0**-52, -(m - delta) * 2.0**-52
+    s = np.zeros((8, 16))
+    s[np.arange(8), 2 * np.arange(8)] = s[np.arange(8), 2 * np.arange(8) + 1] = 1.0
+    return x, s
 
 
 def dequantize_mse_vectors() -> list[VectorSpec]:
@@ -263,6 +338,17 @@ def quantize_prod_vectors() -> list[VectorSpec]:
     specs += _invalid_encode(rng, {"projection": s16})
     specs.append(VectorSpec("a projection of the wrong width is rejected", (INVALID_INPUT,),
                             Case({"x": x, "rotation": rot, "projection": _projection(rng, 64, 32)}), "invalid"))
+    # appended (issue 15): keeps the ids above
+    specs.append(VectorSpec("keys of norm about 1e-15 (k/16 times 2^-50): codes as at scale 1, residual signs of "
+                            "S r about 1e-16 (no epsilon in the division or the sign)", ("TinyNorm", "NormKept"),
+                            Case({"x": _keys(rng, (1, 1, 6, 16)) * 2.0**-50, "rotation": hadamard_rotation(rng, 16),
+                                  "projection": _projection(rng, 16, 16)})))
+    xc, sc = _cancelling_keys(rng, 6)
+    specs.append(VectorSpec("1 bit (r = x): full-mantissa keys whose S r = x_2i + x_2i+1 nearly cancels (|S r| <= "
+                            "2^-42, exact in float64, 0 in float32)", ("Float64Compute",),
+                            Case({"x": xc, "rotation": np.eye(16), "projection": sc}, {"bits": 1})))
+    specs.append(VectorSpec("an empty projection (m = 0) is rejected", (INVALID_INPUT,),
+                            Case({"x": x16, "rotation": rot16, "projection": np.zeros((0, 16))}), "invalid"))
     return specs
 
 
@@ -294,6 +380,17 @@ def estimate_prod_vectors() -> list[VectorSpec]:
         VectorSpec("a NaN query is rejected", (INVALID_INPUT, NAN),
                    Case({**base, "q": np.where(np.arange(16) == 1, np.nan, base["q"])}), "invalid"),
     ]
+    # appended (issue 15): keeps the ids above
+    specs += [VectorSpec(f"{b} bits, Hq = {hq} over H = {h} (g = {hq // h}, not H): h // H or h % H reads another head",
+                         ("GqaHeads",), Case(_prod_cache(rng, b, hq, h, 4, 16, m=8), {"bits": b}))
+              for b, hq, h in ((3, 6, 2), (2, 4, 1))]
+    for b in (1, 3):
+        cache = _prod_cache(rng, b, 2, 2, 5, 16, m=8)
+        q = rng.integers(-2**52, 2**52, cache["q"].shape) * 2.0**-52  # full mantissas: not float32-representable
+        specs.append(VectorSpec(f"{b} bits, float64 queries of full 53-bit mantissas: the sketch S q in float64",
+                                ("Float64Compute",), Case({**cache, "q": q}, {"bits": b})))
+    specs.append(VectorSpec("float signs are rejected", (INVALID_INPUT,),
+                            Case({**base, "signs": base["signs"].astype(np.float64)}), "invalid"))
     return specs
 
 
@@ -352,7 +449,7 @@ OPERATIONS = [
     AREA.exact("turboquant.codebook", tq.codebook, anchor="turboquant-codebook", golden_float_bound=True,
                summary="dim -> Lloyd-Max levels and midpoint thresholds of one coordinate of a uniform point on "
                        "S^{dim-1}", variants=(BITS_CODEBOOK,), vectors=codebook_vectors,
-               examples=_codebook_examples, compare=_compare(("levels", "thresholds"), "codebook", "codebook"),
+               examples=_codebook_examples, compare=_compare_codebook,
                outputs=("levels", "thresholds")),
     AREA.exact("turboquant.quantize_mse", tq.quantize_mse, anchor="turboquant-mse", golden_float_bound=True,
                summary="x [..., d], rotation -> (codes, norms): the nearest level of each rotated unit coordinate",
