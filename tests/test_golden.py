@@ -229,6 +229,28 @@ def test_every_op_has_vectors_with_the_wycheproof_fields():
     assert used == set(notes) == set(flags()), "a flag is unused or unexplained"
 
 
+def _at_defaults(op, params) -> bool:
+    """Every variant axis of `params` at the op's default (an absent axis is at it)."""
+    def json_value(x):
+        return getattr(x, "value", x)
+    return all(a.name not in params or params[a.name] == json_value(a.default) for a in op.variants)
+
+
+def test_every_op_has_a_valid_vector_at_its_default_variants():
+    """A kernel that declares no VARIANTS runs only the vectors at the defaults (and the
+    invalid ones outside the catalog's values): each op must give it a valid one, or a
+    kernel built for the defaults alone (KIVI's G = 32, R = 128) would pass unjudged."""
+    missing = []
+    for name, op in discover().items():
+        if op.kind is Kind.STATEFUL:
+            items = [(t.result, t.params) for t in load_traces(name, GOLDEN)]
+        else:
+            items = [(v.result, v.params) for v in load_vectors(name)]
+        if not any(result != "invalid" and _at_defaults(op, params) for result, params in items):
+            missing.append(name)
+    assert not missing, missing
+
+
 def test_the_folder_is_small():
     """A budget per op (the largest are float16's tie sweep and attention's long rows)
     and one per area: 5 MiB for formats (its exhaustive sweeps), 3 MiB for quant (seven

@@ -189,7 +189,21 @@ def group_documents(op_name: str, meta: Mapping[str, Any], vectors: Sequence[Vec
 
 
 def dump_json(doc: Any) -> bytes:
-    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    """`doc` as json.dumps(indent=1, sort_keys=True) writes it, except that a list of
+    scalars stays on one line (a trace's tensors: one row a line, not one number)."""
+    return (_dump(doc, 0) + "\n").encode()
+
+
+def _dump(value: Any, depth: int) -> str:
+    inner, outer = "\n" + " " * (depth + 1), "\n" + " " * depth
+    if isinstance(value, dict) and value:
+        items = (f"{json.dumps(str(k))}: {_dump(value[k], depth + 1)}" for k in sorted(value))
+        return "{" + inner + ("," + inner).join(items) + outer + "}"
+    if isinstance(value, (list, tuple)) and value:
+        if all(not isinstance(x, (dict, list, tuple)) for x in value):
+            return "[" + ", ".join(json.dumps(x) for x in value) + "]"
+        return "[" + inner + ("," + inner).join(_dump(x, depth + 1) for x in value) + outer + "]"
+    return json.dumps(value)
 
 
 def load_manifest(directory: Path | None = None) -> dict[str, Any]:

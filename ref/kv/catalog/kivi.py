@@ -182,6 +182,9 @@ def dequantize_vectors() -> list[VectorSpec]:
         VectorSpec("a NaN scale is rejected", (NAN, INVALID_INPUT), tok(s=one * np.float16("nan")), "invalid"),
         VectorSpec("an Inf mn is rejected", (NAN, INVALID_INPUT), tok(m=one * np.float16("inf")), "invalid"),
         *(VectorSpec(f"{b} bits is rejected", (INVALID_INPUT,), tok(c=codes % 2, bits=b), "invalid") for b in (1, 16)),
+        # a kernel built for KIVI's defaults only (keys, 2 bits, G = 32) meets a vector too
+        VectorSpec("random codes at the defaults: channel axis, 2 bits, group 32", ("KiviGroupAxis", RANDOM),
+                   _dq_case(rng, "channel", 2, 32, (1, 1, 64, 4))),
     ]
     return specs
 

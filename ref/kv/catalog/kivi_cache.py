@@ -117,6 +117,9 @@ def _traces() -> list[TraceSpec]:
                   "words, 16 codes a word): prefill 31, keys 16 + 15 and values 15 + 16; a decode flushes 16 keys "
                   "and one value", ("KiviResidualWindow", "KiviKeyAxis", *flush),
                   _run(rng, 31, 1, d=16), {"group": 8, "residual": 16}),
+        TraceSpec("the defaults (2 bits, G = 32, R = 128, float16), for a kernel built for them only: prefill 127 "
+                  "(all full), D = 32; the first decode flushes 128 keys, the second one value",
+                  ("KiviResidualWindow", *flush), _run(rng, 127, 2, d=32), {}),
     ]
 
 
