@@ -19,23 +19,17 @@ d = 128); inputs are integers times powers of two.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 from hypothesis import strategies as st
 
 from ref.kv import turboquant as tq
-from ref.testing.catalog_types import Area, Flag, Variant, seed_for
-from ref.testing.compare import Comparison, Mismatch, compare_exact, compare_parts, float_bits
+from ref.kv.catalog.common import AREA
+from ref.kv.catalog.turboquant_compare import TOLERANCE, close, compare_codebook, compare_named
+from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.vector_files import Case, VectorSpec
 
 __all__ = ["FLAGS", "OPERATIONS", "TOLERANCE", "hadamard_rotation", "signed_permutation"]
-
-AREA = Area("kv", spec="spec/kv.md")
-TOLERANCE = {"codebook": 1e-9, "norms": 1e-13, "values": 1e-9}
-# relative to the output's largest magnitude: the codebook is a fixed point two integration routes reach within
-# 1e-10 (measured: 4.3e-11 at d = 4096, 4 bits); reconstructions, residual norms and scores inherit its 1e-9
 
 BITS_CODEBOOK = Variant("bits", (0, 1, 2, 3, 4), 2, "bits per coordinate (0: the one-level codebook {0})")
 BITS_MSE = Variant("bits", tq.MSE_BITS, 2, "bits per coordinate of TurboQuant_mse")
@@ -119,68 +113,6 @@ def _projection(rng, m: int, d: int, dtype=np.float32) -> np.ndarray:
     """Integers in [-8, 8] times 2^-3 (a stand-in for N(0, 1): exact in every dtype; float32
     in most vectors to keep the files small, read as float64 all the same)."""
     return (rng.integers(-8, 9, (m, d)).astype(np.float64) / 8).astype(dtype)
-
-
-def _close(kind: str, scale_of: float | None = None):
-    tol = TOLERANCE[kind]
-
-    def compare(expected, actual) -> Comparison:
-        e, a = np.asarray(expected, np.float64), np.asarray(actual)
-        unit = "relative to the largest |value|" if scale_of is None else "relative to the largest |level|"
-        if a.dtype.kind != "f":
-            return Comparison(False, e.size, e.size, np.inf, unit, problem=f"dtype: expected floats, got {a.dtype}")
-        if a.shape != e.shape:
-            return Comparison(False, e.size, e.size, np.inf, unit,
-                              problem=f"shape: expected {e.shape}, got {a.shape}")
-        scale = max(float(np.max(np.abs(e))) if e.size else 0.0, 2.0**-60) if scale_of is None \
-            else max(scale_of, 2.0**-60)
-        with np.errstate(invalid="ignore"):
-            err = np.abs(a.astype(np.float64) - e) / scale
-        bad = ~(err <= tol)
-        if not bad.any():
-            return Comparison(True, e.size, 0, float(np.max(err)) if e.size else 0.0, unit, tolerance=tol)
-        i = tuple(int(j) for j in np.argwhere(bad)[0])
-        first = Mismatch(i, repr(float(e[i])), repr(float(a[i])), float_bits(e[i], np.dtype(np.float64)),
-                         float_bits(float(a[i]), np.dtype(np.float64)))
-        worst = float(np.max(np.where(np.isnan(err), np.inf, err)))
-        return Comparison(False, e.size, int(bad.sum()), worst, unit, tolerance=tol, first=first)
-    return compare
-
-
-def _compare_codebook(expected, actual) -> Comparison:
-    """Levels and thresholds within TOLERANCE["codebook"] of the largest reference level (not of each
-    output's own largest value: at b = 1 the one threshold is 0); a value the reference has exactly 0
-    (the middle threshold, the b = 0 level: the tie rule needs them exact) must be exactly 0."""
-    names = ("levels", "thresholds")
-    if not isinstance(actual, tuple) or len(actual) != 2:
-        return Comparison(False, 0, 0, np.inf, "", problem=f"expected a tuple of outputs {names}")
-    levels = np.asarray(expected[0], np.float64)
-    scale = float(np.max(np.abs(levels))) if levels.size else 0.0
-    last = None
-    for name, e, a in zip(names, expected, actual):
-        last = replace(_close("codebook", scale)(e, a), part=name)
-        if not last.ok:
-            return last
-        e, a = np.asarray(e, np.float64), np.asarray(a, np.float64)
-        zero = (e == 0) & (a != 0)
-        if zero.any():
-            i = tuple(int(j) for j in np.argwhere(zero)[0])
-            first = Mismatch(i, repr(float(e[i])), repr(float(a[i])), float_bits(e[i], np.dtype(np.float64)),
-                             float_bits(float(a[i]), np.dtype(np.float64)))
-            return Comparison(False, e.size, int(zero.sum()), float(np.max(np.abs(a[zero]))), "absolute",
-                              tolerance=0.0, first=first, part=name,
-                              problem="a middle threshold or a b = 0 level must be exactly 0 (the tie rule)")
-    return last
-
-
-def _parts(*kinds):
-    comparators = tuple(compare_exact if k == "exact" else _close(k) for k in kinds)
-    return lambda expected, actual, names: compare_parts(expected, actual, names=names, comparators=comparators)
-
-
-def _compare(names, *kinds):
-    parts = _parts(*kinds)
-    return lambda expected, actual: parts(expected, actual, names)
 
 
 def codebook_vectors() -> list[VectorSpec]:
@@ -394,10 +326,6 @@ def estimate_prod_vectors() -> list[VectorSpec]:
     return specs
 
 
-def _rotation_strategy(d: int):
-    return st.integers(0, 2**32 - 1).map(lambda s: signed_permutation(np.random.default_rng(s), d))
-
-
 def _encode_examples(prod: bool):
     def examples(supported):
         @st.composite
@@ -449,22 +377,22 @@ OPERATIONS = [
     AREA.exact("turboquant.codebook", tq.codebook, anchor="turboquant-codebook", golden_float_bound=True,
                summary="dim -> Lloyd-Max levels and midpoint thresholds of one coordinate of a uniform point on "
                        "S^{dim-1}", variants=(BITS_CODEBOOK,), vectors=codebook_vectors,
-               examples=_codebook_examples, compare=_compare_codebook,
+               examples=_codebook_examples, compare=compare_codebook,
                outputs=("levels", "thresholds")),
     AREA.exact("turboquant.quantize_mse", tq.quantize_mse, anchor="turboquant-mse", golden_float_bound=True,
                summary="x [..., d], rotation -> (codes, norms): the nearest level of each rotated unit coordinate",
                variants=(BITS_MSE,), vectors=quantize_mse_vectors, examples=_encode_examples(False),
-               compare=_compare(("codes", "norms"), "exact", "norms"), outputs=("codes", "norms")),
+               compare=compare_named(("codes", "norms"), "exact", "norms"), outputs=("codes", "norms")),
     AREA.exact("turboquant.dequantize_mse", tq.dequantize_mse, anchor="turboquant-mse", golden_float_bound=True,
                summary="(codes, norms, rotation) -> norms * Pi^T levels[codes]", variants=(BITS_MSE,),
-               vectors=dequantize_mse_vectors, examples=_dequantize_examples, compare=_close("values")),
+               vectors=dequantize_mse_vectors, examples=_dequantize_examples, compare=close("values")),
     AREA.exact("turboquant.quantize_prod", tq.quantize_prod, anchor="turboquant-prod", golden_float_bound=True,
                summary="x, rotation, projection -> (b-1 bit codes, norms, residual signs, residual norms)",
                variants=(BITS_PROD,), vectors=quantize_prod_vectors, examples=_encode_examples(True),
-               compare=_compare(("codes", "norms", "signs", "residual_norms"), "exact", "norms", "exact", "values"),
+               compare=compare_named(("codes", "norms", "signs", "residual_norms"), "exact", "norms", "exact", "values"),
                outputs=("codes", "norms", "signs", "residual_norms")),
     AREA.exact("turboquant.estimate_prod", tq.estimate_prod, anchor="turboquant-prod", golden_float_bound=True,
                summary="q [B, Hq, Lq, d] against a prod cache -> unbiased scores [B, Hq, Lq, T]",
                variants=(BITS_PROD,), vectors=estimate_prod_vectors, examples=_estimate_examples,
-               compare=_close("values")),
+               compare=close("values")),
 ]
