@@ -216,13 +216,14 @@ def check_rotation(r: ArrayLike, d: int, name: str) -> NDArray[np.float64]:
     return r64
 
 
-def check_cache(x: ArrayLike, name: str) -> NDArray[np.float64]:
-    """x as float64 [B, H, T, D] with finite values, or an error naming `name`."""
+def check_cache(x: ArrayLike, name: str, layout: str = "[B, H, T, D]") -> NDArray[np.float64]:
+    """x as float64 of rank 4 (`layout`, for the message) with finite values, or an
+    error naming `name`."""
     arr = np.asarray(x)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name}: expected a float array, got {arr.dtype}")
     if arr.ndim != 4:
-        raise ValueError(f"{name}: expected [B, H, T, D], got shape {arr.shape}")
+        raise ValueError(f"{name}: expected {layout}, got shape {arr.shape}")
     x64 = arr.astype(np.float64)
     if not np.isfinite(x64).all():
         raise ValueError(f"{name}: expected finite values, got NaN or Inf")

@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ref.arguments import integer, member
+from ref.kv.oscar import check_cache
 from ref.quant.hadamard import hadamard_matrix
 
 __all__ = ["SIGN_TIE", "Composition", "bit_reversal", "covariances", "eigen_permutation", "rotation"]
@@ -76,21 +77,9 @@ def eigen_permutation(d: int) -> NDArray[np.int64]:
     return perm
 
 
-def _activations(x: ArrayLike, name: str) -> NDArray[np.float64]:
-    arr = np.asarray(x)
-    if arr.dtype.kind != "f":
-        raise TypeError(f"{name}: expected a float array, got {arr.dtype}")
-    if arr.ndim != 4:
-        raise ValueError(f"{name}: expected [B, heads, T, D], got shape {arr.shape}")
-    x64 = arr.astype(np.float64)
-    if not np.isfinite(x64).all():
-        raise ValueError(f"{name}: expected finite values, got NaN or Inf")
-    return x64
-
-
 def covariances(q: ArrayLike, k: ArrayLike, v: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(C_K, C_V) [D, D] from calibration q [B, Hq, T, D], k, v [B, H, T, D] (module docstring)."""
-    q64, k64, v64 = (_activations(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+    q64, k64, v64 = (check_cache(a, n, "[B, heads, T, D]") for a, n in ((q, "q"), (k, "k"), (v, "v")))
     b, h, t, d = k64.shape
     if v64.shape != k64.shape:
         raise ValueError(f"v: expected the shape of k {k64.shape}, got {v64.shape}")
