@@ -139,6 +139,20 @@ def test_an_exact_op_declaring_the_float_bound_regenerates_within_it_and_no_othe
         problems[0].endswith("differs from the oracle's output on the stored inputs"), problems
 
 
+def test_a_looser_declared_float_bound_holds_and_is_not_exceeded(copy):
+    """TurboQuant's codebook declares 1e-10 (scipy's incomplete beta in its oldest allowed
+    version): a level 5e-12 off passes --check, one 1e-9 off is named."""
+    rel = "kv/turboquant.codebook.npz"
+    original = read_npz(copy / rel)
+    key = next(k for k in original if k.endswith(".expected.levels") and original[k].size > 4)
+    for shift, problems in ((5e-12, 0), (1e-9, 1)):
+        arrays = dict(original)
+        arrays[key] = arrays[key] * (1 + shift)
+        _rewrite(copy, rel, arrays)
+        found = regenerate.check(copy)
+        assert len(found) == problems and all("beyond the golden bound" in p for p in found), found
+
+
 def test_check_recomputes_outputs_from_the_stored_inputs(copy):
     """Inputs drawn differently (another numpy's exp or linspace rounds another way)
     check clean when the stored outputs are the oracle's on them; an input changed

@@ -36,7 +36,7 @@ import numpy as np
 
 import ref
 from ref.conformance.catalog import artifacts, discover, flags
-from ref.testing.bounded import Bound, compare_bounded
+from ref.testing.bounded import FLOOR_UNITS, Bound, compare_bounded
 from ref.testing.catalog_types import Kind, Operation
 from ref.testing.vector_files import (
     GOLDEN_FORMAT,
@@ -185,10 +185,14 @@ def _manifest(files: dict[str, str], groups: dict[str, tuple[str, bool, int, int
     }
 
 
-def _float_bound(op: Operation) -> bool:
-    """Whether the op's float outputs regenerate within the golden bound (a bounded op, or
-    an op that declares `golden_float_bound`) rather than byte for byte."""
-    return op.kind is Kind.BOUNDED or op.golden_float_bound
+def _float_bound(op: Operation) -> Bound | None:
+    """The bound within which the op's float outputs regenerate (a bounded op, or an op
+    that declares `golden_float_bound`: the golden bound, or the looser one it gives as a
+    number), or None: byte for byte."""
+    declared = op.golden_float_bound
+    if not isinstance(declared, bool) and isinstance(declared, (int, float)):
+        return Bound(k=1.0, floor=float(declared) / FLOOR_UNITS["float64"], scale="absolute")
+    return _GOLDEN_BOUND if op.kind is Kind.BOUNDED or declared else None
 
 
 def _is_output(key: str) -> bool:
@@ -196,17 +200,17 @@ def _is_output(key: str) -> bool:
     return key.split(".")[1] in ("expected", "alt")
 
 
-def _equivalent(key: str, fresh: np.ndarray, stored: np.ndarray, *, bounded: bool) -> bool:
+def _equivalent(key: str, fresh: np.ndarray, stored: np.ndarray, *, bounded: Bound | None) -> bool:
     """Whether a stored array stands for a fresh one: byte for byte, except a bounded
     op's float outputs, which may differ within the golden bound (summation order)."""
     if stored.dtype != fresh.dtype or stored.shape != fresh.shape:
         return False
-    if bounded and _is_output(key) and fresh.dtype.kind == "f":
-        return compare_bounded(fresh, fresh, stored, precision="float64", bound=_GOLDEN_BOUND).ok
+    if bounded is not None and _is_output(key) and fresh.dtype.kind == "f":
+        return compare_bounded(fresh, fresh, stored, precision="float64", bound=bounded).ok
     return stored.tobytes() == np.ascontiguousarray(fresh).tobytes()
 
 
-def _unchanged(npath: Path, arrays: Mapping[str, np.ndarray], *, bounded: bool) -> bool:
+def _unchanged(npath: Path, arrays: Mapping[str, np.ndarray], *, bounded: Bound | None) -> bool:
     """Whether the NPZ on disk is equivalent to a freshly generated group's arrays
     (its JSON entries, dtypes and shapes, then hold for either)."""
     if not npath.is_file():
@@ -352,7 +356,7 @@ def _check_vector(op: Operation, entry: Mapping[str, Any], stored: Mapping[str, 
         return [f"{where}: the oracle accepts the stored inputs of an invalid vector"]
     bounded = _float_bound(op)
     return [f"{where}: {key} differs from the oracle's output on the stored inputs"
-            + (" beyond the golden bound" if bounded else "")
+            + (" beyond the golden bound" if bounded is not None else "")
             for key in keys if _is_output(key) and not _equivalent(key, recomputed[key], stored[key], bounded=bounded)]
 
 

@@ -134,8 +134,10 @@ class Operation:
     # Float outputs that regenerate within the golden bound rather than byte for byte: an
     # exact-kind op whose floats come from float64 sums and powers (AWQ's losses, HQQ's
     # zero points), whose own comparison already has a tolerance (spec/conformance.md,
-    # "Regenerating and checking"). Bounded ops always do.
-    golden_float_bound: bool = False
+    # "Regenerating and checking"). Bounded ops always do. A number instead of True is a
+    # looser bound, relative to max(1, max |x|), for floats that a library computes to
+    # fewer bits in its oldest allowed version (scipy 1.10's incomplete beta function).
+    golden_float_bound: bool | float = False
 
     def __post_init__(self):
         names = [v.name for v in self.variants]
