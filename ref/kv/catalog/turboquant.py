@@ -288,6 +288,8 @@ def _prod_cache(rng, b: int, hq: int, h: int, t: int, d: int, m: int | None = No
     m = d if m is None else m
     rot, s = hadamard_rotation(rng, d), _projection(rng, m, d)
     codes, norms, signs, gamma = tq.quantize_prod(_keys(rng, (1, h, t, d)), rot, s, bits=b)
+    # inputs here: on a 2^-24 grid, so that another numpy's summation order cannot change the bytes
+    norms, gamma = (np.round(a * 2**24) / 2**24 for a in (norms, gamma))
     return {"q": _keys(rng, (1, hq, lq, d), outlier=False), "codes": codes, "norms": norms, "signs": signs,
             "residual_norms": gamma, "rotation": rot, "projection": s}
 
