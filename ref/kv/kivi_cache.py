@@ -73,7 +73,9 @@ class KiviCache:
         if tokens is not None and out.shape[2] != tokens:
             raise ValueError(f"{name}: expected {tokens} token(s), got {out.shape[2]}")
         if self.k_full is not None and out.shape[:2] + out.shape[3:] != self.k_full.shape[:2] + self.k_full.shape[3:]:
-            raise ValueError(f"{name}: expected [B, H, ., D] = {self.k_full.shape}, got {out.shape}")
+            b, h, _, d = self.k_full.shape
+            raise ValueError(f"{name}: expected [B, H, tokens, D] = [{b}, {h}, tokens, {d}] as the prefill's, "
+                             f"got shape {out.shape}")
         return out
 
     def _pair(self, keys, values, tokens: int | None = None) -> tuple[NDArray, NDArray]:
