@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from ref.kv import qjl
 from ref.kv.catalog.common import AREA
+from ref.quant.hadamard import hadamard_matrix
 from ref.testing.bounded import Bound
 from ref.testing.catalog_types import Flag, seed_for
 from ref.testing.compare import Comparison, compare_exact, compare_parts, compare_values
@@ -59,8 +60,7 @@ FLAGS = {
 }
 
 # Sylvester's Hadamard matrix of order 16 (entries +-1, rows orthogonal, norm 4 = sqrt(16))
-_H2 = np.array([[1, 1], [1, -1]])
-H16 = np.kron(np.kron(_H2, _H2), np.kron(_H2, _H2))
+H16 = (hadamard_matrix(16) * 4).astype(np.int64)
 
 
 def keys(rng, shape, shift: int = 5, top: int = 127, dtype=np.float32) -> np.ndarray:

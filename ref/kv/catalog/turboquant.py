@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from ref.kv import turboquant as tq
 from ref.kv.catalog.common import AREA
+from ref.quant.hadamard import hadamard_matrix
 from ref.kv.catalog.turboquant_compare import TOLERANCE, close, compare_codebook, compare_named
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
@@ -83,18 +84,11 @@ def signed_permutation(rng, d: int) -> np.ndarray:
     return m
 
 
-def _sylvester(n: int) -> np.ndarray:
-    h = np.ones((1, 1))
-    while h.shape[0] < n:
-        h = np.block([[h, h], [h, -h]])
-    return h
-
-
 def hadamard_rotation(rng, d: int) -> np.ndarray:
     """A Sylvester Hadamard matrix of order n (16 or 64: 1/sqrt(n) a power of two) with
     random row signs and columns permuted, block-diagonal when d is a multiple of n."""
     n = 64 if d % 64 == 0 else 16
-    blocks = [_sylvester(n) * rng.choice([-1.0, 1.0], (n, 1)) / np.sqrt(n) for _ in range(d // n)]
+    blocks = [hadamard_matrix(n) * rng.choice([-1.0, 1.0], (n, 1)) for _ in range(d // n)]
     out = np.zeros((d, d))
     for i, b in enumerate(blocks):
         out[i * n:(i + 1) * n, i * n:(i + 1) * n] = b
