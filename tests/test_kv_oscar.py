@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ref.attention.attend import attend as attend_exact
 from ref.kv import oscar, oscar_attend, oscar_rotation
@@ -52,15 +54,17 @@ def test_bit_reversal_and_the_eigenvalue_permutation():
     assert oscar_rotation.eigen_permutation(8).tolist() == [7, 3, 5, 1, 6, 2, 4, 0]
 
 
-def test_attention_is_invariant_under_the_rotations_before_quantization():
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), t=st.integers(1, 20), d=st.sampled_from([4, 16, 32]))
+def test_attention_is_invariant_under_the_rotations_before_quantization(seed, t, d):
     """q R_K . k R_K = q . k and (P V R_V) R_V^T = P V: with every token in the bf16 windows
     OSCAR's attention is plain attention."""
-    rng = _rng(3)
-    q, k, v = rng.standard_normal((1, 4, 3, 16)), rng.standard_normal((1, 2, 20, 16)), rng.standard_normal(
-        (1, 2, 20, 16))
-    c_k, c_v = oscar_rotation.covariances(rng.standard_normal((1, 4, 20, 16)), k, v)
+    rng = _rng(seed)
+    q, k, v = rng.standard_normal((1, 4, 3, d)), rng.standard_normal((1, 2, t, d)), rng.standard_normal(
+        (1, 2, t, d))
+    c_k, c_v = oscar_rotation.covariances(rng.standard_normal((1, 4, t, d)), k, v)
     r_k, r_v = oscar_rotation.rotation(c_k), oscar_rotation.rotation(c_v)
-    out = oscar_attend.attend(q, k, v, r_k, r_v, group=16, sink=20, recent=0)
+    out = oscar_attend.attend(q, k, v, r_k, r_v, group=d, sink=t, recent=0)
     ref, _ = attend_exact(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), causal=True)
     assert np.allclose(out, ref.transpose(0, 2, 1, 3), atol=1e-12)
 
@@ -74,12 +78,15 @@ def _plain_int2(x, g):
     return np.floor(x / scale + zero + np.float32(0.5)).astype(np.uint8), scale, zero
 
 
-def test_a_clip_ratio_of_zero_is_plain_int2():
-    x = (_rng(4).standard_normal((6, 128)) * 3).astype(np.float32)
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 6), group=st.sampled_from([16, 32, 128]),
+       scale=st.sampled_from([1e-3, 3.0, 1e4]))
+def test_a_clip_ratio_of_zero_is_plain_int2(seed, rows, group, scale):
+    x = (_rng(seed).standard_normal((rows, 128)) * scale).astype(np.float32)
     assert np.array_equal(oscar.clip_rows(x, clip_ratio=0.0), x)
-    codes, scales, zeros = oscar.quantize(x, clip_ratio=0.0, group=32)
-    c, s, z = _plain_int2(x, 32)
-    assert np.array_equal(codes.reshape(-1, 32), c)
+    codes, scales, zeros = oscar.quantize(x, clip_ratio=0.0, group=group)
+    c, s, z = _plain_int2(x, group)
+    assert np.array_equal(codes.reshape(-1, group), c)
     assert np.array_equal(scales.reshape(-1, 1), s) and np.array_equal(zeros.reshape(-1, 1), z)
 
 
