@@ -143,6 +143,11 @@ class _CacheKeysPerToken(K.KiviCache):
         return _keys_per_token(super().decode)(keys, values)
 
 
+def _attend_one_width(q, k, v, **kw):
+    """The values quantized at the keys' width."""
+    return K.attend(q, k, v, **{**kw, "bits_v": kw.get("bits_k", 2)})
+
+
 def _attend_stale_full(q, k, v, **kw):
     """Attention over the keys and values before quantization (the full-precision copy)."""
     return K.attend(q, k, v, **{**kw, "bits_k": 8, "bits_v": 8}) if np.asarray(k).shape[2] else K.attend(q, k, v, **kw)
@@ -318,6 +323,7 @@ KIVI_BUGS = {
     "8-bit keys quantized at 4 bits": (C, "KiviScaleLevels", _Bits8AsBits4),
     "attend builds a float16 cache for float32 and float64 k, v": (A, "KiviArithmeticDtype", _attend_float16_cache),
     "attend memoizes the dequantized cache across calls": (A, "KiviStaleState", _MemoizedAttend()),
+    "attend quantizes the values at the keys' width": (A, "KiviBitsPerTensor", _attend_one_width),
 }
 
 # The default profile runs every entry but three cache and two attend ones of ADV15 (each

@@ -40,6 +40,8 @@ FLAGS = {
     "KiviStaleState": Flag("state carried across calls or past a refused step: a dequantized cache memoized on "
                            "shapes and params, or a decode that appends its keys before its values are refused",
                            "a call reads another call's cache, or the cache holds a token that was refused"),
+    "KiviBitsPerTensor": Flag("one bit width for keys and values: bits_k used for the values (or bits_v for the keys)",
+                              "values decoded on the keys' levels where the two widths differ"),
 }
 
 B_K = Variant("bits_k", BITS.values, 2, "bits per key code")
@@ -219,6 +221,10 @@ def _attend_vectors() -> list[VectorSpec]:
                      "(no memo across calls)", ("KiviStaleState",), _attend_case(rng, 1, 2, 1, 1, 10, 4, group=2,
                                                                                    residual=4))
           for i in range(2)),
+        # keys and values at different widths (every vector above had bits_k == bits_v)
+        *(VectorSpec(f"{bk}-bit keys, {bv}-bit values, T = 20: keys 16 quantized + 4 full, values 12 + 8",
+                     ("KiviBitsPerTensor",), _attend_case(rng, 1, 2, 1, 2, 20, 8, bits_k=bk, bits_v=bv, **small))
+          for bk, bv in ((2, 4), (4, 2))),
     ]
 
 
