@@ -17,6 +17,7 @@ from ref.testing.flags import INVALID_INPUT
 
 CB, QM, DM = "kv.turboquant.codebook", "kv.turboquant.quantize_mse", "kv.turboquant.dequantize_mse"
 QP, EP = "kv.turboquant.quantize_prod", "kv.turboquant.estimate_prod"
+DP = "kv.turboquant.dequantize_prod"
 
 
 def _gaussian(variance_one: bool):
@@ -146,6 +147,12 @@ TURBOQUANT_BUGS = {
     "norm not applied on decode (the unit-vector form)": (DM, "NormKept", _dequantize_unit),
     "QJL term scaled by 1/d instead of 1/m": (EP, "SketchScale", patched(
         K.estimate_prod, K, "qjl_scale", _constant(lambda m, d: np.sqrt(np.pi / 2) / d))),
+    "decoder's QJL term without sqrt(pi/2)": (DP, "SketchScale", patched(
+        K.dequantize_prod, K, "qjl_scale", _constant(lambda m, d: 1.0 / m))),
+    "decoder's QJL term scaled by 1/d": (DP, "SketchScale", patched(
+        K.dequantize_prod, K, "qjl_scale", _constant(lambda m, d: np.sqrt(np.pi / 2) / d))),
+    "decoder reads b bits for the MSE part": (DP, "ProdBits", patched(
+        K.dequantize_prod, K, "mse_bits", _constant(lambda bits: bits))),
     "QJL term without sqrt(pi/2)": (EP, "SketchScale", patched(
         K.estimate_prod, K, "qjl_scale", _constant(lambda m, d: 1.0 / m))),
     "sign(0) = 0 (numpy's sign)": (QP, "SignOfZero", patched(

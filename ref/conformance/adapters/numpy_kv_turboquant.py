@@ -189,15 +189,29 @@ def estimate_prod(q, codes, norms, signs, residual_norms, rotation, projection, 
     return out
 
 
+def dequantize_prod(codes, norms, signs, residual_norms, rotation, projection, *, bits=3):
+    """x_mse + sqrt(pi/2)/m * gamma * S^T z, token by token's rows at once."""
+    x_mse = dequantize_mse(codes, norms, rotation, bits=mse_bits(bits))
+    s = _projection(projection, x_mse.shape[-1])
+    z = np.asarray(signs)
+    if z.dtype.kind not in "iu" or z.shape != x_mse.shape[:-1] + (s.shape[0],) or not np.isin(z, (-1, 1)).all():
+        raise ValueError("signs: expected +1/-1 [..., m]")
+    gamma = _float(residual_norms, "residual_norms", 0)
+    if gamma.shape != x_mse.shape[:-1] or (gamma < 0).any():
+        raise ValueError("residual_norms: wrong shape or negative")
+    return x_mse + qjl_scale(s.shape[0], x_mse.shape[-1]) * gamma[..., None] * (z.astype(np.float64) @ s)
+
+
 def head_of(hq: int, g: int, h: int) -> int:
     return hq // g
 
 
 OPS = {"kv.turboquant.codebook": codebook, "kv.turboquant.quantize_mse": quantize_mse,
        "kv.turboquant.dequantize_mse": dequantize_mse, "kv.turboquant.quantize_prod": quantize_prod,
-       "kv.turboquant.estimate_prod": estimate_prod}
+       "kv.turboquant.estimate_prod": estimate_prod, "kv.turboquant.dequantize_prod": dequantize_prod}
 VARIANTS = {"kv.turboquant.codebook": {"bits": [0, 1, 2, 3, 4]},
             "kv.turboquant.quantize_mse": {"bits": [1, 2, 3, 4]},
             "kv.turboquant.dequantize_mse": {"bits": [1, 2, 3, 4]},
             "kv.turboquant.quantize_prod": {"bits": [1, 2, 3, 4, 5]},
-            "kv.turboquant.estimate_prod": {"bits": [1, 2, 3, 4, 5]}}
+            "kv.turboquant.estimate_prod": {"bits": [1, 2, 3, 4, 5]},
+            "kv.turboquant.dequantize_prod": {"bits": [1, 2, 3, 4, 5]}}

@@ -30,7 +30,7 @@ from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.vector_files import Case, VectorSpec
 
-__all__ = ["FLAGS", "OPERATIONS", "TOLERANCE", "hadamard_rotation", "signed_permutation"]
+__all__ = ["BITS_PROD", "FLAGS", "OPERATIONS", "TOLERANCE", "hadamard_rotation", "prod_cache", "signed_permutation"]
 
 BITS_CODEBOOK = Variant("bits", (0, 1, 2, 3, 4), 2, "bits per coordinate (0: the one-level codebook {0})")
 BITS_MSE = Variant("bits", tq.MSE_BITS, 2, "bits per coordinate of TurboQuant_mse")
@@ -278,7 +278,8 @@ def quantize_prod_vectors() -> list[VectorSpec]:
     return specs
 
 
-def _prod_cache(rng, b: int, hq: int, h: int, t: int, d: int, m: int | None = None, lq: int = 3):
+def prod_cache(rng, b: int, hq: int, h: int, t: int, d: int, m: int | None = None, lq: int = 3):
+    """A TurboQuant_prod cache [1, h, t, d] of b bits with its queries [1, hq, lq, d] (norms on a 2^-24 grid)."""
     m = d if m is None else m
     rot, s = hadamard_rotation(rng, d), _projection(rng, m, d)
     codes, norms, signs, gamma = tq.quantize_prod(_keys(rng, (1, h, t, d)), rot, s, bits=b)
@@ -292,8 +293,8 @@ def estimate_prod_vectors() -> list[VectorSpec]:
     rng = np.random.default_rng(seed_for("kv.turboquant.estimate_prod"))
     specs = [VectorSpec(f"{b} bits, Hq = 4 over H = 2 (GQA), T = 8, d = 64",
                         (RANDOM, "BiasedScores", "SketchScale", "NormKept", "GqaHeads", "RotationInverse"),
-                        Case(_prod_cache(rng, b, 4, 2, 8, 64), {"bits": b})) for b in tq.PROD_BITS]
-    base = _prod_cache(rng, 3, 2, 2, 5, 16, m=8)
+                        Case(prod_cache(rng, b, 4, 2, 8, 64), {"bits": b})) for b in tq.PROD_BITS]
+    base = prod_cache(rng, 3, 2, 2, 5, 16, m=8)
     specs += [
         VectorSpec("a sketch of m = 8 rows for d = 16: the QJL term scales by 1/m", ("SketchScale",), Case(base)),
         VectorSpec("an empty cache (T = 0)", (EMPTY_INPUT,),
@@ -310,10 +311,10 @@ def estimate_prod_vectors() -> list[VectorSpec]:
     ]
     # appended (issue 15): keeps the ids above
     specs += [VectorSpec(f"{b} bits, Hq = {hq} over H = {h} (g = {hq // h}, not H): h // H or h % H reads another head",
-                         ("GqaHeads",), Case(_prod_cache(rng, b, hq, h, 4, 16, m=8), {"bits": b}))
+                         ("GqaHeads",), Case(prod_cache(rng, b, hq, h, 4, 16, m=8), {"bits": b}))
               for b, hq, h in ((3, 6, 2), (2, 4, 1))]
     for b in (1, 3):
-        cache = _prod_cache(rng, b, 2, 2, 5, 16, m=8)
+        cache = prod_cache(rng, b, 2, 2, 5, 16, m=8)
         q = rng.integers(-2**52, 2**52, cache["q"].shape) * 2.0**-52  # full mantissas: not float32-representable
         specs.append(VectorSpec(f"{b} bits, float64 queries of full 53-bit mantissas: the sketch S q in float64",
                                 ("Float64Compute",), Case({**cache, "q": q}, {"bits": b})))
@@ -359,7 +360,7 @@ def _estimate_examples(supported):
         bits = draw(st.sampled_from(list(supported["bits"])), label="bits")
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
         h, g = draw(st.integers(1, 2), label="H"), draw(st.integers(1, 2), label="g")
-        return Case(_prod_cache(rng, bits, h * g, h, draw(st.integers(0, 5), label="T"), 16,
+        return Case(prod_cache(rng, bits, h * g, h, draw(st.integers(0, 5), label="T"), 16,
                                 m=draw(st.sampled_from([8, 16]), label="m")), {"bits": bits})
     return case()
 
