@@ -41,6 +41,8 @@ from corpus import (
     specdec_trees,
 )
 
+import importlib
+
 from ref.conformance.implementation import Implementation
 from ref.conformance.runner import parse_entries, run
 from ref.formats import decode
@@ -52,6 +54,18 @@ from ref.testing.vector_files import load_vectors
 NO_SWEEPS = parse_entries("*/exhaustive the sweeps are not golden vectors")
 RUNNER_CHECKS = {"layout": "vector", "in place": "vector", "shared": "vector", "dtype": "vector",
                  "latitude": "vector", "large": "large cases"}
+
+
+def _registries(path: Path) -> set[str]:
+    return set(re.findall(r"^([A-Z0-9_]*BUGS) = ", path.read_text(), flags=re.M))
+
+
+# Areas from the sparse area on: every tests/corpus/sparse_*.py module is read without a
+# line here. Each registry maps name -> (op, flag, kernel), the module's `bug(name)`
+# builds the Implementation, and an optional DEFAULT_PROFILE names the entries that stay
+# in the default profile (the rest are marked deep).
+AUTO = {path.stem: (importlib.import_module(f"corpus.{path.stem}"), _registries(path))
+        for path in sorted(Path(corpus.__path__[0]).glob("sparse_*.py"))}
 
 
 def _entries():
@@ -91,6 +105,7 @@ def _entries():
               (quant_rtn, "PACK_BUGS"), (quant_gemm, "GEMM_BUGS"), (quant_gptq, "GPTQ_BUGS"),
               (kv_kivi, "KIVI_BUGS"), (kv_qjl, "QJL_BUGS"), (kv_turboquant, "TURBOQUANT_BUGS"),
               (kv_oscar, "OSCAR_BUGS"))
+    by_bug += tuple((module, registry) for module, names in AUTO.values() for registry in sorted(names))
     for module, registry in by_bug:
         for name, (op, flag, _) in getattr(module, registry).items():
             out[registry, name] = (lambda m=module, n=name: m.bug(n), flag, [op])
@@ -116,6 +131,7 @@ REGISTRIES = {"formats_impls": {"BUGS", "MX_BUGS", "NVFP4_BUGS"}, "groups_layout
               "kv_qjl": {"QJL_BUGS"},
               "kv_turboquant": {"TURBOQUANT_BUGS"},
               "kv_oscar": {"OSCAR_BUGS"},
+              **{stem: names for stem, (_, names) in AUTO.items()},
               }
 # statistical samplers: the rule is checked in tests/test_statistical.py and tests/test_specdec_statistical.py
 
@@ -129,7 +145,7 @@ def test_every_registry_is_read():
     """A bug registry added to tests/corpus without a reader here fails."""
     found = {}
     for path in sorted(Path(corpus.__path__[0]).glob("*.py")):
-        names = set(re.findall(r"^([A-Z0-9_]*BUGS) = ", path.read_text(), flags=re.M))
+        names = _registries(path)
         if names:
             found[path.stem] = names
     assert found == REGISTRIES
@@ -146,6 +162,9 @@ def _params():
             marks.append(pytest.mark.deep)  # 0.1-0.2 s each: the issue's entries stay in the default profile
         if key[0] == "KIVI_BUGS" and key[1] not in kv_kivi.DEFAULT_PROFILE:
             marks.append(pytest.mark.deep)  # 0.2-0.6 s each: ADV15's cheap entries and its requantize stay
+        auto = [m for m, names in AUTO.values() if key[0] in names]
+        if auto and key[1] not in getattr(auto[0], "DEFAULT_PROFILE", {key[1]}):
+            marks.append(pytest.mark.deep)
         if key[0] == "GPTQ_BUGS":
             marks.append(pytest.mark.deep)  # 1-6 s each (43 vectors, each failure diagnosed by ~25 oracle runs)
         yield pytest.param(key, id=f"{key[0]}: {key[1]}", marks=marks)

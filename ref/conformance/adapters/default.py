@@ -52,7 +52,9 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_kv_turboquant`: TurboQuant's codebooks by Gauss-Legendre quadrature in the
   angle, the rotated codes by searching the thresholds, the residual sketch in float64;
 - `numpy_kv_oscar`: OSCAR's calibration, INT2 codes and quarter-row bytes, attention
-  in two passes (bf16 windows, INT2 middle) merged by their softmax states.
+  in two passes (bf16 windows, INT2 middle) merged by their softmax states;
+- `numpy_sparse_block`, `numpy_sparse_nsa_select`, `numpy_sparse_nsa`, `numpy_sparse_moba`,
+  `numpy_sparse_dsa`, `numpy_sparse_traffic`: sparse attention (spec/sparse.md).
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -83,6 +85,12 @@ from ref.conformance.adapters import (
     numpy_quant_packing,
     numpy_roofline,
     numpy_spec_trees,
+    numpy_sparse_block,
+    numpy_sparse_dsa,
+    numpy_sparse_moba,
+    numpy_sparse_nsa,
+    numpy_sparse_nsa_select,
+    numpy_sparse_traffic,
     numpy_specdec,
     numpy_specdec_rng,
     numpy_sr_bits,
@@ -96,7 +104,8 @@ PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_g
          numpy_specdec, numpy_specdec_rng, numpy_spec_trees, numpy_lattice, numpy_hqq,
          numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_quant_gemm,
          numpy_gptq, numpy_kv_kivi, numpy_kv_qjl,
-         numpy_kv_turboquant, numpy_kv_oscar)
+         numpy_kv_turboquant, numpy_kv_oscar, numpy_sparse_block, numpy_sparse_nsa_select, numpy_sparse_nsa,
+         numpy_sparse_moba, numpy_sparse_dsa, numpy_sparse_traffic)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"

@@ -1,0 +1,12 @@
+"""Sparse attention (nsa) for the default run, written independently of the oracles
+(this module imports nothing from ref)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+NAME = "NumPy float32 NSA attention"
+VERSION = np.__version__
+
+OPS: dict = {}
+VARIANTS: dict = {}

@@ -1,0 +1,8 @@
+"""The sparse area's moba operations (spec/sparse.md)."""
+
+from __future__ import annotations
+
+__all__ = ["FLAGS", "OPERATIONS"]
+
+FLAGS: dict = {}
+OPERATIONS: list = []
