@@ -91,7 +91,7 @@ def gate(q: ArrayLike, k: ArrayLike, *, chunk_size: int) -> NDArray[np.float64]:
     means = chunk_means(k, chunk_size=chunk_size)  # [B, N, Hkv, D]
     with np.errstate(invalid="ignore", over="ignore"):
         s = np.einsum("bingd,bcnd->bingc", q.reshape(b, lq, hkv, hq // hkv, d), means)
-    return _markers(s.reshape(b, lq, hq, -1), lq, lk, chunk_size)
+    return _markers(s.reshape(b, lq, hq, means.shape[1]), lq, lk, chunk_size)
 
 
 def select(scores: ArrayLike, *, top_k: int) -> NDArray[np.int32]:
@@ -184,7 +184,7 @@ def emulate_gate(precision: str, q, k, *, chunk_size: int) -> NDArray[np.float64
     means = rnd(sums / counts.astype(np.float32)[None, :, None, None]).astype(np.float32)  # [B, N, Hkv, D]
     with np.errstate(invalid="ignore", over="ignore"):
         s = np.einsum("bingd,bcnd->bingc", qp.astype(np.float32).reshape(b, lq, hkv, hq // hkv, d), means)
-    return _markers(s.reshape(b, lq, hq, -1).astype(np.float64), lq, kp.shape[1], int(chunk_size))
+    return _markers(s.reshape(b, lq, hq, means.shape[1]).astype(np.float64), lq, kp.shape[1], int(chunk_size))
 
 
 def emulate_attend(precision: str, q, k, v, *, chunk_size: int, top_k: int):

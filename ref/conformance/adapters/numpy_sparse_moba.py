@@ -96,9 +96,10 @@ def top_chunks(scores: np.ndarray, top_k: int) -> np.ndarray:
     -inf never taken, ascending, -1 last."""
     n = scores.shape[-1]
     kk = min(top_k, n)
-    key = np.where(np.isnan(scores), _F32(np.finfo(_F32).max), -scores)  # NaN just after +inf
-    key = np.where(scores == np.inf, -np.inf, key)
-    order = np.argsort(key, axis=-1, kind="stable")[..., :kk]
+    by_score = np.argsort(np.where(np.isnan(scores), 0, -scores), axis=-1, kind="stable")
+    tier = np.where(scores == np.inf, 0, np.where(np.isnan(scores), 1, 2))  # +inf, then NaN, then numbers
+    tiers = np.take_along_axis(tier, by_score, axis=-1)
+    order = np.take_along_axis(by_score, np.argsort(tiers, axis=-1, kind="stable"), axis=-1)[..., :kk]
     taken = np.take_along_axis(scores, order, axis=-1) > -np.inf
     taken |= np.isnan(np.take_along_axis(scores, order, axis=-1))
     idx = np.sort(np.where(taken, order, n), axis=-1)
