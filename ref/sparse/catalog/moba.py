@@ -170,8 +170,9 @@ def _select_vectors() -> Vectors:
 
 
 def _nan_unread(rng) -> dict:
-    """NaN (and Inf) values at keys of a past chunk that no row of head 0 selects."""
-    x = moba_inputs(rng, 1, 16, 16, 2, 1, 8, chunk_size=4, top_k=2)
+    """NaN and Inf values at keys of past chunks that no row selects (2 queries at
+    positions 14 and 15 of 16 keys, chunk 4, top_k 2: one past chunk each of 3)."""
+    x = moba_inputs(rng, 1, 2, 16, 1, 1, 8, chunk_size=4, top_k=2)
     mask = moba.chunk_mask(x["q"], x["k"], chunk_size=4, top_k=2)  # [1, Hq, Lq, Lk]
     unseen = np.flatnonzero(~mask[0].any(axis=(0, 1)))
     v = x["v"].copy()
