@@ -188,7 +188,7 @@ def _torch_attend(q, k, v, chunk_size, top_k):
     chunk_size, top_k = int(chunk_size), int(top_k)
     if chunk_size < 1 or top_k < 1 or np.shape(v)[:3] != np.shape(k)[:3]:
         raise ValueError(f"chunk_size {chunk_size}, top_k {top_k} or v {np.shape(v)} for k {np.shape(k)}")
-    qt, kt, vt = (torch.as_tensor(np.asarray(x, np.float32)) for x in (q, k, v))
+    qt, kt, vt = (torch.as_tensor(np.array(x, np.float32)) for x in (q, k, v))
     b, lq, hq, d = qt.shape
     lk, hkv = kt.shape[1], kt.shape[2]
     if lq == 0 or lk == 0:
