@@ -218,6 +218,11 @@ def _attend_vectors() -> Vectors:
     v.add("top_k 0", ["InvalidInput"], {**good, "top_k": np.int64(0)}, result="invalid")
     v.add("chunk_size 0", ["InvalidInput"], {**good, "chunk_size": np.int64(0)}, result="invalid")
     v.add("v one token short", ["InvalidInput"], {**good, "v": good["v"][:, 1:]}, result="invalid")
+    last = inputs(1, 8, 8, 2, 1, 8, cs=2, tk=2)
+    last["v"] = last["v"].copy()
+    last["v"][0, 7, 0, 1] = np.nan
+    v.add("prefill, NaN value at the last key: only the last row reads it (p . v with p = 0 would spread it)",
+          ["MobaUnread", "NaN"], last)
     return v
 
 
@@ -242,7 +247,8 @@ def _varlen_vectors() -> Vectors:
 def _shape(d):
     hkv = d(st.integers(1, 2))
     lk = d(st.integers(0, 12))
-    return {"hkv": hkv, "hq": hkv * d(st.integers(1, 2)), "lk": lk, "lq": d(st.integers(min(lk, 1), max(lk, 1))),
+    lq = lk if d(st.booleans()) else d(st.integers(min(lk, 1), max(lk, 1)))  # prefill (Lq = Lk) half the time
+    return {"hkv": hkv, "hq": hkv * d(st.integers(1, 2)), "lk": lk, "lq": lq,
             "cs": d(st.sampled_from([1, 2, 3, 4])), "tk": d(st.integers(1, 4))}
 
 
@@ -279,6 +285,16 @@ def _varlen_examples(supported):
     return draw()
 
 
+def _empty_flags(case) -> tuple[str, ...]:
+    """EmptyInput for a drawn case with no queries, no keys or an empty packed sequence."""
+    x = case.inputs
+    if "cu_seqlens" in x:
+        empty = x["q"].shape[0] == 0 or bool((np.diff(x["cu_seqlens"]) == 0).any())
+    else:
+        empty = 0 in x["q"].shape[:2] or x["k"].shape[1] == 0
+    return ("EmptyInput",) if empty else ()
+
+
 OPERATIONS = [
     AREA.bounded("moba.gate", moba.gate, anchor="moba-gate",
                  summary="MoBA's gate q . mean(K_chunk) (unscaled), -inf at future chunks, +inf at the current one",
@@ -289,9 +305,9 @@ OPERATIONS = [
     AREA.bounded("moba.attend", moba.attend, anchor="moba-attend",
                  summary="attention over the selected chunks, causal inside the current one -> (out, lse)",
                  vectors=_attend_vectors, examples=_attend_examples, outputs=("out", "lse"),
-                 emulate=moba.emulate_attend, bounds=OUT_LSE),
+                 emulate=moba.emulate_attend, bounds=OUT_LSE, case_flags=_empty_flags),
     AREA.bounded("moba.attend_varlen", moba.attend_varlen, anchor="moba-attend-varlen",
                  summary="MoBA over a packed batch (q, k, v [S, H, D], cu_seqlens), chunks per sequence",
                  vectors=_varlen_vectors, examples=_varlen_examples, outputs=("out", "lse"),
-                 emulate=moba.emulate_attend_varlen, bounds=OUT_LSE),
+                 emulate=moba.emulate_attend_varlen, bounds=OUT_LSE, case_flags=_empty_flags),
 ]
