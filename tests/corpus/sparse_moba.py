@@ -128,6 +128,17 @@ def _multiply_mask(q, k, v, chunk_size, top_k):
     return out.astype(_F32), lse.transpose(0, 2, 1).astype(_F32)
 
 
+def _no_row_max(original):
+    """exp(s) summed as it is: no row maximum subtracted."""
+    def row(qv, kk, vv, scale):
+        if kk.shape[0] == 0:
+            return original(qv, kk, vv, scale)
+        e = np.exp((kk @ qv) * _F32(scale))
+        z = e.sum(dtype=_F32)
+        return (e @ vv) / z, _F32(np.log(z))
+    return row
+
+
 def _empty_row_zero_lse(q, k, v, chunk_size, top_k):
     """A row that sees no key returns lse 0 (log of an empty sum taken as log 1)."""
     out, lse = K.attend(q, k, v, chunk_size, top_k)
@@ -188,6 +199,8 @@ MOBA_BUGS = {
     "query positions aligned top-left": (P + "attend", "MobaAlign", patched(K.attend, K, "positions", _top_left)),
     "gate positions aligned top-left": (P + "gate", "MobaAlign", patched(K.gate, K, "positions", _top_left)),
     "unselected keys multiplied by a zero probability": (P + "attend", "MobaUnread", _multiply_mask),
+    "softmax without the row maximum": (P + "attend", "MobaLargeLogits",
+                                        patched(K.attend, K, "attend_row", _no_row_max)),
     "lse 0 for a row that sees no key": (P + "attend", "MobaEmptyRow", _empty_row_zero_lse),
     "varlen chunk boundaries from the packed start": (P + "attend_varlen", "MobaVarlen", _packed_chunks),
 }

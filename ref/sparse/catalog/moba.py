@@ -47,6 +47,8 @@ FLAGS = {
                        "a NaN or Inf value in an unselected chunk reaches the output"),
     "MobaVarlen": Flag("chunk boundaries of a packed batch taken from the packed start, not each sequence's",
                        "sequences after the first gate and select misaligned chunks"),
+    "MobaLargeLogits": Flag("the softmax over the selected keys taken without subtracting the row maximum",
+                            "logits past 88 (float32) overflow exp: NaN or Inf out"),
     "MobaEmptyRow": Flag("a query row that sees no key (Lq > Lk) given NaN or a finite LSE",
                          "out must be 0 and lse -inf"),
 }
@@ -223,6 +225,11 @@ def _attend_vectors() -> Vectors:
     last["v"][0, 7, 0, 1] = np.nan
     v.add("prefill, NaN value at the last key: only the last row reads it (p . v with p = 0 would spread it)",
           ["MobaUnread", "NaN"], last)
+    big = inputs(1, 6, 6, 1, 1, 8, cs=2, tk=3)  # top_k >= N: no selection margin needed
+    big["q"] = (16 + big["q"]).astype(np.float32)
+    big["k"] = (16 + big["k"]).astype(np.float32)
+    v.add("logits / sqrt(D) near 700, a few units apart, top_k >= N: exp overflows without the row maximum",
+          ["MobaLargeLogits"], big)
     return v
 
 
