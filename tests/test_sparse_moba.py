@@ -5,8 +5,10 @@ read, and correct alternatives (float64 kernel, torch) pass while negative contr
 
 from __future__ import annotations
 
+import functools
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -182,13 +184,16 @@ def test_correct_alternatives_pass_and_negative_controls_fail():
         assert bad.ops[0].verdict == "fail"
 
 
-def _torch_attend(q, k, v, chunk_size, top_k):
-    """MoBA in torch (float32): the gate by einsum, the mask by scatter, SDPA over it."""
+def _torch_attend(q, k, v, chunk_size, top_k, dtype="float32"):
+    """MoBA in torch: inputs at `dtype`, the gate and the logits in float32 from them, the
+    selection by a stable sort and scatter, probabilities rounded to `dtype` before P V,
+    the output at `dtype` (a FlashAttention-style kernel)."""
     import torch
+    dt = getattr(torch, dtype)
     chunk_size, top_k = int(chunk_size), int(top_k)
     if chunk_size < 1 or top_k < 1 or np.shape(v)[:3] != np.shape(k)[:3]:
         raise ValueError(f"chunk_size {chunk_size}, top_k {top_k} or v {np.shape(v)} for k {np.shape(k)}")
-    qt, kt, vt = (torch.as_tensor(np.array(x, np.float32)) for x in (q, k, v))
+    qt, kt, vt = (torch.as_tensor(np.array(x, np.float32)).to(dt).float() for x in (q, k, v))
     b, lq, hq, d = qt.shape
     lk, hkv = kt.shape[1], kt.shape[2]
     if lq == 0 or lk == 0:
@@ -211,14 +216,18 @@ def _torch_attend(q, k, v, chunk_size, top_k):
     s = torch.einsum("bihd,bjhd->bhij", qt, kr) / math.sqrt(d)
     s = s.masked_fill(~keys, float("-inf"))
     lse = torch.logsumexp(s, -1)
-    p = torch.where(keys, torch.exp(s - lse[..., None].clamp(min=-1e30)), torch.zeros(()))
+    p = torch.where(keys, torch.exp(s - lse[..., None].clamp(min=-1e30)), torch.zeros(())).to(dt).float()
     terms = p[..., None] * vr.permute(0, 2, 1, 3)[:, :, None]  # [B, Hq, Lq, Lk, Dv]
     out = torch.where(keys[..., None], terms, torch.zeros(())).sum(-2).permute(0, 2, 1, 3)  # unselected: not read
-    return out.numpy(), lse.numpy()
+    out = out.to(dt).float().numpy()
+    return (out if dtype == "float32" else out.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16),
+            lse.numpy())
 
 
-def test_torch_implementation_passes():
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_torch_implementation_passes(dtype):
     pytest.importorskip("torch")
-    report = run(Implementation("torch MoBA", {"sparse.moba.attend": _torch_attend}), ops=["sparse.moba.attend"],
+    kernel = functools.partial(_torch_attend, dtype=dtype)
+    report = run(Implementation(f"torch MoBA {dtype}", {"sparse.moba.attend": kernel}), ops=["sparse.moba.attend"],
                  examples=5)
-    assert report.ops[0].verdict == "pass", report.ops[0]
+    assert report.ops[0].verdict == "pass", report.ops[0].failures[:1]
