@@ -218,7 +218,7 @@ def to_csr(block_indices: ArrayLike, counts: ArrayLike | None = None) -> tuple[N
     used = valid_slots(idx, counts, num_blocks=int(idx.max(initial=-1)) + 1)
     if (idx[used] > np.iinfo(np.int32).max).any():
         raise ValueError("block_indices: a block index past int32")
-    per_row = used.reshape(-1, idx.shape[3]).sum(axis=1)  # [B H R]
+    per_row = used.sum(axis=-1).reshape(-1)  # [B H R]
     indptr = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)
     return indptr, idx[used].astype(np.int32)  # boolean indexing keeps C order: rows, then slots
 

@@ -182,7 +182,7 @@ def _attend(q, k, v, block_indices, counts=None, block_size_q=1, block_size_k=64
 def _to_csr(block_indices, counts=None):
     idx = ints(block_indices, "block_indices", 4)
     read = read_slots(idx, counts, int(idx.max(initial=-1)) + 1)
-    per_row = read.reshape(-1, idx.shape[3]).sum(axis=1)
+    per_row = read.sum(axis=-1).reshape(-1)
     indptr = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)
     return indptr, idx[read].astype(np.int32)
 
