@@ -93,9 +93,22 @@ def kv_head_of(hq, hkv):
     return np.arange(hq) // (hq // hkv)
 
 
-def key_positions(j, block_size_k):
-    """[..., C]: the key positions of blocks j."""
-    return j[..., None] * block_size_k + np.arange(block_size_k)
+def num_key_blocks(lk, block_size_k):
+    return ceil_div(lk, block_size_k)
+
+
+def block_keys(j, read, block_size_k, lk):
+    """The key positions [..., C] of blocks j and which of them are keys a read slot
+    names (a partial block's tail is not)."""
+    pos = j[..., None] * block_size_k + np.arange(block_size_k)
+    ok = read[..., None] & (pos < lk)
+    return np.where(ok, pos, 0), ok
+
+
+def weighted(p, values, visible):
+    """p_ij v_j summed over a block's keys, at the keys a row sees only (a NaN value
+    elsewhere is never multiplied): p [..., bq, C], values [..., C, Dv]."""
+    return np.where(visible[..., None], p[..., None] * values[..., None, :, :], 0).sum(axis=-2, dtype=_F32)
 
 
 def causal_visible(query, key, lq, lk):
@@ -108,7 +121,7 @@ def _lists(block_indices, lq, lk, block_size_q, block_size_k):
     idx = ints(block_indices, "block_indices", 4)
     if idx.shape[2] != ceil_div(lq, bq):
         raise ValueError(f"block_indices: expected {ceil_div(lq, bq)} rows, got {idx.shape}")
-    return idx, bq, bk, ceil_div(lk, bk)
+    return idx, bq, bk, num_key_blocks(lk, bk)
 
 
 def _mask(block_indices, counts=None, lq=None, lk=None, block_size_q=1, block_size_k=64, causal=False):
@@ -156,9 +169,8 @@ def _attend(q, k, v, block_indices, counts=None, block_size_q=1, block_size_k=64
     bi, hi = np.arange(b)[:, None, None, None], kv_head_of(hq, hkv)[None, :, None, None]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for slot in range(s if lk else 0):
-            pos = key_positions(np.where(read[..., slot], idx[..., slot], 0), bk)  # [B, Hq, R, C]
-            ok = read[..., slot, None] & (pos < lk)
-            pos = np.where(ok, pos, 0)
+            j = np.where(read[..., slot], idx[..., slot], 0)  # [B, Hq, R]: this slot's block per row block
+            pos, ok = block_keys(j, read[..., slot], bk, lk)  # [B, Hq, R, C]
             kb, vb = k[bi, pos, hi], v[bi, pos, hi]  # [B, Hq, R, C, D]: this slot's block
             vis = ok[:, :, :, None, :] & (query[None, None, :, :, None] < lq)  # [B, Hq, R, bq, C]
             if causal:
@@ -169,8 +181,7 @@ def _attend(q, k, v, block_indices, counts=None, block_size_q=1, block_size_k=64
             alpha = np.exp(m - shift)
             p = np.exp(x - shift[..., None])  # [B, Hq, R, bq, C]
             total = total * alpha + p.sum(axis=-1, dtype=_F32)
-            seen = np.where(vis[..., None], p[..., None] * vb[:, :, :, None], 0)  # only keys the row sees
-            acc = acc * alpha[..., None] + seen.sum(axis=-2, dtype=_F32)
+            acc = acc * alpha[..., None] + weighted(p, vb, vis)
             m = m_new
         out = np.where(total[..., None] > 0, acc / np.where(total > 0, total, 1)[..., None], 0 * acc)
         lse = np.where(total > 0, m + np.log(np.where(total > 0, total, 1)), -np.inf)
