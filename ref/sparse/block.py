@@ -129,10 +129,12 @@ def _float_shape(x: ArrayLike, name: str, ndim: int) -> np.ndarray:
 
 def gathered(q, k, v, block_indices, counts=None, *, block_size_q: int = 1, block_size_k: int = 64,
              causal: bool = False) -> dict[str, np.ndarray]:
-    """The selected keys gathered, as one attend call per (batch, query head, row block):
-    q [N, bq, 1, D], k [N, S C, 1, D], v [N, S C, 1, Dv] and mask [N, 1, bq, S C],
-    N = B Hq R (query rows past Lq padded with zeros and masked). Only the selected
-    blocks of k and v are read."""
+    """The selected keys gathered, as one attend call per (batch, head unit, row block).
+    A head unit is U consecutive query heads that read the same list head and the same
+    KV head, U = gcd(Hq / H, Hq / Hkv) (a GQA group, when the lists are per KV head):
+    q [N, bq, U, D], k [N, S C, 1, D], v [N, S C, 1, Dv] and mask [N, 1, bq, S C],
+    N = B (Hq / U) R (query rows past Lq padded with zeros and masked). Only the
+    selected blocks of k and v are read."""
     q, k, v = _float_shape(q, "q", 4), _float_shape(k, "k", 4), _float_shape(v, "v", 4)
     b, lq, hq, d = q.shape
     lk, hkv = k.shape[1], k.shape[2]
@@ -148,34 +150,41 @@ def gathered(q, k, v, block_indices, counts=None, *, block_size_q: int = 1, bloc
     _rows(idx.shape, lq, bq)
     r = idx.shape[2]
     used = valid_slots(idx, counts, num_blocks=-(-lk // bk))
-    heads = np.arange(hq) // (hq // h)  # the list head of each query head
-    used, idx = used[:, heads], np.where(used, idx, 0)[:, heads]  # [B, Hq, R, S]
-    pos = idx[..., None] * bk + np.arange(bk)  # [B, Hq, R, S, C]: the key positions of each slot
-    ok = (used[..., None] & (pos < lk)).reshape(b, hq, r, s * bk)  # a partial block's tail is not a key
-    pos = np.where(ok, pos.reshape(b, hq, r, s * bk), 0)  # [B, Hq, R, S C]
-    kv_head = (np.arange(hq) // (hq // hkv))[None, :, None, None]  # GQA: query head h reads h // G
+    u = math.gcd(hq // h, hq // hkv)  # query heads per unit
+    first = np.arange(0, hq, u)  # the first query head of each unit
+    heads = first // (hq // h)  # the list head of each unit
+    used, idx = used[:, heads], np.where(used, idx, 0)[:, heads]  # [B, Hq/U, R, S]
+    pos = idx[..., None] * bk + np.arange(bk)  # [B, Hq/U, R, S, C]: the key positions of each slot
+    units, sc = first.size, s * bk
+    ok = (used[..., None] & (pos < lk)).reshape(b, units, r, sc)  # a partial block's tail is not a key
+    pos = np.where(ok, pos.reshape(b, units, r, sc), 0)  # [B, Hq/U, R, S C]
+    kv_head = (first // (hq // hkv))[None, :, None, None]  # GQA: query head h reads KV head h // G
     bi = np.arange(b)[:, None, None, None]
     if lk == 0:  # nothing to read: one zero key stands in for the gather, masked everywhere
         k, v = np.zeros((b, 1, hkv, d), k.dtype), np.zeros((b, 1, hkv, v.shape[3]), v.dtype)
-    kg, vg = k[bi, pos, kv_head], v[bi, pos, kv_head]  # [B, Hq, R, S C, D]: the gather
+    kg, vg = k[bi, pos, kv_head], v[bi, pos, kv_head]  # [B, Hq/U, R, S C, D]: the gather
     qp = np.zeros((b, r * bq, hq, d), q.dtype)
     qp[:, :lq] = q
-    qg = qp.reshape(b, r, bq, hq, d).transpose(0, 3, 1, 2, 4)  # [B, Hq, R, bq, D]
+    qg = qp.reshape(b, r, bq, units, u, d).transpose(0, 3, 1, 2, 4, 5)  # [B, Hq/U, R, bq, U, D]
     row = np.arange(r * bq).reshape(r, bq)[None, None, :, :, None]  # [1, 1, R, bq, 1]: query index i
-    mask = ok[:, :, :, None, :] & (row < lq)  # [B, Hq, R, bq, S C]
+    mask = ok[:, :, :, None, :] & (row < lq)  # [B, Hq/U, R, bq, S C]
     if causal:
         mask = mask & (pos[:, :, :, None, :] <= row + (lk - lq))
-    n, sc = b * hq * r, s * bk
-    return {"q": qg.reshape(n, bq, 1, d), "k": kg.reshape(n, sc, 1, d), "v": vg.reshape(n, sc, 1, v.shape[3]),
+    n = b * units * r
+    return {"q": qg.reshape(n, bq, u, d), "k": kg.reshape(n, sc, 1, d), "v": vg.reshape(n, sc, 1, v.shape[3]),
             "mask": mask.reshape(n, 1, bq, sc)}
 
 
 def _scatter(out, lse, q, block_size_q):
     """attend's results over the gathered calls back to [B, Lq, Hq, Dv] and [B, Hq, Lq]."""
     b, lq, hq, _ = np.shape(q)
-    rows = -(-lq // block_size_q) * block_size_q  # Lq padded to whole row blocks
-    out = out.reshape(b, hq, rows, out.shape[-1])[:, :, :lq]  # [B, Hq, Lq, Dv]
-    return np.ascontiguousarray(out.transpose(0, 2, 1, 3)), np.ascontiguousarray(lse.reshape(b, hq, rows)[:, :, :lq])
+    u = out.shape[2]
+    r = -(-lq // block_size_q)
+    rows = r * block_size_q  # Lq padded to whole row blocks
+    out = out.reshape(b, hq // u, r, block_size_q, u, out.shape[-1]).transpose(0, 2, 3, 1, 4, 5)
+    lse = lse.reshape(b, hq // u, r, u, block_size_q).transpose(0, 1, 3, 2, 4)  # [B, Hq/U, U, R, bq]
+    return (np.ascontiguousarray(out.reshape(b, rows, hq, out.shape[-1])[:, :lq]),
+            np.ascontiguousarray(lse.reshape(b, hq, rows)[:, :, :lq]))
 
 
 def attend(q: ArrayLike, k: ArrayLike, v: ArrayLike, block_indices: ArrayLike, counts: ArrayLike | None = None, *,
