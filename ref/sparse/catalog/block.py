@@ -144,6 +144,8 @@ def _mask_vectors():
         ("counts of shape [1, 1]", {"block_indices": _i([[[[0], [1]]]]), "counts": _i([[1]])}, good),
         ("block_size_k = 0", {"block_indices": _i([[[[0], [1]]]])}, {**good, "block_size_k": 0}),
         ("causal given as the integer 1", {"block_indices": _i([[[[0], [1]]]])}, {**good, "causal": 1}),
+        ("counts of shape [1, 1, 1] for 2 rows (would broadcast)", {"block_indices": _i([[[[0], [1]]]]),
+                                                                    "counts": _i([[[1]]])}, good),
     ]:
         v.add(comment, ["InvalidInput"], inputs, result="invalid", **params)
     return v
@@ -211,6 +213,7 @@ def _attend_vectors():
         ("lists of batch 2 for q of batch 1", {**good, "block_indices": np.zeros((2, 2, 2, 1), np.int32)}),
         ("v of 7 keys for k of 8", {**good, "v": good["v"][:, :7]}),
         ("a count past S", {**good, "counts": _i([[[1, 2], [1, 1]]])}),
+        ("counts of shape [1, 2, 1] for 2 rows (would broadcast)", {**good, "counts": _i([[[1], [1]]])}),
     ]:
         v.add(comment, ["InvalidInput"], inputs, result="invalid", block_size_q=1, block_size_k=4, causal=False)
     return v
@@ -236,6 +239,8 @@ def _to_csr_vectors():
         ("float indices", {"block_indices": np.zeros((1, 1, 1, 2), np.float64)}),
         ("a count past S", {"block_indices": _i([[[[0, 1]]]]), "counts": _i([[[3]]])}),
         ("lists of rank 3", {"block_indices": _i([[[0, 1]]])}),
+        ("counts of shape [1, 1, 1] for 2 rows (would broadcast)", {"block_indices": _i([[[[0, 1], [1, 0]]]]),
+                                                                    "counts": _i([[[1]]])}),
     ]:
         v.add(comment, ["InvalidInput"], inputs, result="invalid")
     return v
