@@ -49,6 +49,19 @@ def _mask_minus_one_block_zero(block_indices, counts=None, lq=None, lk=None, blo
     return mask | extra
 
 
+def _one_slot_past(original):
+    """The count read as the last slot's index (s <= count): one slot too many."""
+    def read_slots(idx, counts, nb):
+        if counts is None:
+            return original(idx, counts, nb)
+        return original(idx, np.minimum(np.asarray(counts) + 1, idx.shape[3]), nb)
+    return read_slots
+
+
+def _diagonal_excluded(original):
+    return lambda query, key, lq, lk: key < query + (lk - lq)
+
+
 def _top_left(original):
     return lambda query, key, lq, lk: key <= query
 
@@ -178,6 +191,11 @@ BLOCK_BUGS = {
     "mask: a block named twice accepted": (P + "mask", "InvalidInput",
                                            patched(K._mask, K, "read_slots", _repeats_allowed)),
     "CSR: a negative index accepted": (P + "attend_csr", "InvalidInput", _csr_negative),
+    # the adversary pass (issue 16): one slot past the count, the diagonal masked
+    "one slot past the count read (s <= count)": (P + "attend", "BlockCount",
+                                                  patched(K._attend, K, "read_slots", _one_slot_past)),
+    "causal mask excluding the diagonal": (P + "attend", "BlockCausal",
+                                           patched(K._attend, K, "causal_visible", _diagonal_excluded)),
 }
 DEFAULT_PROFILE = {"slots past the count read", "-1 read as the last block (negative indexing)",
                    "causal mask aligned top-left", "partial last block's tail clamped to the last key",
