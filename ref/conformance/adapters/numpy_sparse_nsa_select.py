@@ -88,6 +88,18 @@ def kv_head_of(hq: int, hkv: int) -> np.ndarray:
     return np.arange(hq) // (hq // hkv)
 
 
+def softmax(s: np.ndarray, ok: np.ndarray):
+    """Probabilities over the visible blocks (0 elsewhere, even in a NaN row), the row
+    maximum subtracted (0 for a row that sees none), and the sum of the shifted exps."""
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0)
+    with np.errstate(invalid="ignore"):
+        e = np.where(ok, np.exp(s - m), 0)
+    z = e.sum(axis=-1, keepdims=True)
+    p = np.where(z > 0, e / np.where(z > 0, z, 1), np.where(np.isnan(z), np.nan, 0))
+    return np.where(ok, p, 0), m, z
+
+
 def compressed_attend(q, k_cmp, v_cmp, seq_len=None, block=32, stride=16, scale=None):
     q, k, v = as_float(q, "q", 4), as_float(k_cmp, "k_cmp", 4), as_float(v_cmp, "v_cmp", 4)
     b, lq, hq, d = q.shape
@@ -103,14 +115,7 @@ def compressed_attend(q, k_cmp, v_cmp, seq_len=None, block=32, stride=16, scale=
     heads = kv_head_of(hq, hkv)
     kq, vq = k[:, :, heads].astype(dt), v[:, :, heads].astype(dt)  # [B, Tc, Hq, *]
     s = np.einsum("bqhd,bchd->bhqc", q.astype(dt) * sc, kq)
-    s = np.where(ok, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
-    m = np.where(np.isfinite(m), m, 0)
-    with np.errstate(invalid="ignore"):
-        e = np.where(ok, np.exp(s - m), 0)
-    z = e.sum(axis=-1, keepdims=True)
-    p = np.where(z > 0, e / np.where(z > 0, z, 1), np.where(np.isnan(z), np.nan, 0))  # [B, Hq, Lq, Tc]
-    p = np.where(ok, p, 0)  # a block the row does not see has probability 0, even in a NaN row
+    p, m, z = softmax(np.where(ok, s, -np.inf), ok)  # [B, Hq, Lq, Tc], shift and sum [B, Hq, Lq, 1]
     out = np.zeros((b, hq, lq, v.shape[3]), dt)
     for c in range(tc):  # only the blocks a row sees: a NaN elsewhere is never read
         out += np.where(ok[None, None, :, c, None], p[..., c, None] * vq[:, c][:, :, None, :], 0)

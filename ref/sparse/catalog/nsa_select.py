@@ -200,7 +200,7 @@ def _importance_vectors():
     rng = np.random.default_rng(seed_for("sparse.nsa.importance"))
     v = _Vectors()
     v.add("paper sizes l = 32, d = 16, l' = 64, seq_len 200 (Tc = 11, 4 selection blocks), G = 2",
-          ["NsaSelMap", "NsaSelGroup"], {"p_cmp": _probs(rng, (1, 3, 4, 11))}, heads_kv=2, block=32, stride=16,
+          ["NsaSelMap", "NsaSelGroup", "NsaSelReduce"], {"p_cmp": _probs(rng, (1, 3, 4, 11))}, heads_kv=2, block=32, stride=16,
           block_sel=64, seq_len=200)
     v.add("one blocking (l' = l = d = 16, fla): p_slc = p_cmp summed over the group of 4", ["NsaSelGroup"],
           {"p_cmp": _probs(rng, (1, 5, 4, 3))}, heads_kv=1, block=16, stride=16, block_sel=16, seq_len=50)
