@@ -93,6 +93,11 @@ def _strictly_before(original):
     return lambda t, n_sel, block_sel: np.arange(n_sel)[None, :] * block_sel < t[:, None]
 
 
+def _rows_from_zero(original):
+    """Query i taken at position i (seq_len ignored)."""
+    return lambda lq, seq_len: original(lq, lq)
+
+
 def _ties_high(original):
     def rank(imp, force, ok):
         flipped = original(imp[..., ::-1], force[..., ::-1], ok[..., ::-1])
@@ -189,6 +194,8 @@ NSA_SELECT_BUGS = {
                                            patched(K.select, K, "selectable", _all_selectable)),
     "the query's own block selectable only after its first token (j*l' < t)": (
         P + "select", "NsaSelCausal", patched(K.select, K, "selectable", _strictly_before)),
+    "top-n rows aligned top-left (seq_len ignored)": (P + "select", "NsaSelDecode",
+                                                      patched(K.select, K, "positions", _rows_from_zero)),
     "ties broken toward the higher block index": (P + "select", "NsaSelTies", patched(K.select, K, "rank", _ties_high)),
     "importance rounded to float16 before the top-n": (P + "select", "NsaSelPrecision", _half_importance),
     "unfilled slots padded with block 0 instead of -1": (P + "select", "NsaSelPad", _pad_with_block_zero),

@@ -149,6 +149,11 @@ def importance(p_cmp, heads_kv, block=32, stride=16, block_sel=64, seq_len=None,
     return group.sum(axis=3) if reduce == "sum" else group.sum(axis=3) / dt(hq // heads_kv)
 
 
+def positions(lq: int, seq_len: int) -> np.ndarray:
+    """The token position of each query row: the last Lq of seq_len."""
+    return np.arange(seq_len - lq, seq_len)
+
+
 def forced(t: np.ndarray, n_sel: int, block_sel: int, initial: int, local: int) -> np.ndarray:
     own = t[:, None] // block_sel
     j = np.arange(n_sel)[None, :]
@@ -174,7 +179,7 @@ def select(importance, seq_len=None, block_sel=64, n=16, initial=1, local=2):
     seq_len = lq if seq_len is None else int(seq_len)
     if n < 0 or seq_len < lq or n_sel < -(-seq_len // block_sel) or np.isnan(imp).any():
         raise ValueError(f"n {n}, seq_len {seq_len}, {n_sel} blocks, or NaN importance")
-    t = np.arange(seq_len - lq, seq_len)
+    t = positions(lq, seq_len)
     ok = selectable(t, n_sel, block_sel)[None, :, None, :]
     force = (forced(t, n_sel, block_sel, initial, local) & ok[0, :, 0])[None, :, None, :]
     top = rank(imp, force, ok)[..., :n]

@@ -59,6 +59,8 @@ FLAGS = {
     "NsaSelLocal": Flag("local blocks counted from (t + 1) // l' or from the last complete block at block boundaries",
                         "the query's own block missing, or a future block read, at one token per block"),
     "NsaSelCausal": Flag("future selection blocks (j l' > t) selectable", "queries read tokens after their own"),
+    "NsaSelDecode": Flag("query positions aligned top-left (t = i) when Lq < seq_len in the top-n",
+                         "decode rows force and allow the blocks of the sequence's start, not their own"),
     "NsaSelTies": Flag("ties broken toward the higher block index", "a different set of blocks on equal scores"),
     "NsaSelPad": Flag("fewer selectable blocks than n padded with block 0, repeats or unselectable blocks",
                       "rows read blocks twice or from the future instead of -1"),
