@@ -170,6 +170,88 @@ def _uniform_empty(q, k_cmp, v_cmp, seq_len=None, block=32, stride=16, scale=Non
     return out, lse, p
 
 
+# ---------------------------------------------------------------------------- found by the adversary pass
+
+def _fla_partial_over_l(original):
+    """fla's partial block divided by the full block length."""
+    return lambda starts, t, block: np.full_like(starts, block)
+
+
+def _group_mean_over_hq(p_cmp, heads_kv, block=32, stride=16, block_sel=64, seq_len=None, reduce="sum"):
+    """fla's mean taken over all Hq query heads instead of the group's G."""
+    out = K.importance(p_cmp, heads_kv, block, stride, block_sel, seq_len, "sum")
+    return out if reduce == "sum" else out / out.dtype.type(np.shape(p_cmp)[2])
+
+
+def _eq9_wrapping(p_cmp, heads_kv, block=32, stride=16, block_sel=64, seq_len=None, reduce="sum"):
+    """Eq. 9's gather p_cmp[(l'/d)(j + 1) - 1 - m - n] without masking negative indices:
+    Python wraps them to the last compressed blocks."""
+    p = np.asarray(p_cmp)
+    b, lq, hq, tc = p.shape
+    sl = lq if seq_len is None else seq_len
+    r, c, n_sel = block_sel // stride, block // stride, -(-sl // block_sel)
+    src = r * (np.arange(n_sel)[:, None] + 1) - 1 - (np.arange(r)[:, None] + np.arange(c)[None, :]).reshape(1, -1)
+    if tc == 0 or hq % heads_kv:
+        return K.importance(p_cmp, heads_kv, block, stride, block_sel, seq_len, reduce)
+    padded = np.concatenate([p.astype(K.work_dtype(p)), np.zeros(p.shape[:3] + (1,), K.work_dtype(p))], axis=-1)
+    src = np.where(src >= tc, tc, src)  # past the end: the zero column; below 0: wraps to the last blocks
+    terms = padded[..., np.where(src < 0, src - 1, src)].sum(axis=-1)
+    g = terms.reshape(b, lq, heads_kv, hq // heads_kv, n_sel)
+    return g.sum(axis=3) if reduce == "sum" else g.mean(axis=3)
+
+
+def _dense_importance(p_cmp, heads_kv, block=32, stride=16, block_sel=64, seq_len=None, reduce="sum"):
+    """p_cmp @ W as one product: 0 * NaN spreads a NaN to every selection block."""
+    p = np.asarray(p_cmp)
+    b, lq, hq, tc = p.shape
+    sl = lq if seq_len is None else seq_len
+    n_sel = -(-sl // block_sel)
+    if hq % heads_kv:
+        return K.importance(p_cmp, heads_kv, block, stride, block_sel, seq_len, reduce)
+    w = K.overlap_weights(tc, n_sel, block, stride, block_sel).astype(K.work_dtype(p))
+    with np.errstate(invalid="ignore"):
+        per_head = p.astype(w.dtype) @ w
+    g = per_head.reshape(b, lq, heads_kv, hq // heads_kv, n_sel)
+    return g.sum(axis=3) if reduce == "sum" else g.mean(axis=3)
+
+
+def _dense_pv(q, k_cmp, v_cmp, seq_len=None, block=32, stride=16, scale=None):
+    """P V as one product over every block: 0 * NaN reads the values of blocks not yet visible."""
+    out, lse, p = K.compressed_attend(q, k_cmp, v_cmp, seq_len, block, stride, scale)
+    v = np.asarray(v_cmp)
+    vq = v[:, :, K.kv_head_of(np.shape(q)[2], v.shape[2])].astype(out.dtype)
+    with np.errstate(invalid="ignore"):
+        return np.einsum("bqhc,bchd->bqhd", p, vq).astype(out.dtype), lse, p
+
+
+def _n_beside_forced(importance, seq_len=None, block_sel=64, n=16, initial=1, local=2):
+    """n blocks chosen besides the forced ones (n not counting them)."""
+    if n < 0:
+        return K.select(importance, seq_len, block_sel, n, initial, local)
+    return K.select(importance, seq_len, block_sel, n + initial + local, initial, local)[..., :n]
+
+
+def _minus_inf_unselectable(importance, seq_len=None, block_sel=64, n=16, initial=1, local=2):
+    """A block scored -inf treated as masked out (never selected)."""
+    out = K.select(importance, seq_len, block_sel, n, initial, local)
+    imp = np.asarray(importance)
+    dropped = np.take_along_axis(np.isneginf(imp), np.maximum(out, 0), axis=-1) & (out >= 0)
+    return np.where(dropped, -1, out)
+
+
+def _cumulative_sums(x, pe=None, block=32, stride=16, partial=False):
+    """Block sums as differences of one float32 running sum over the tokens."""
+    xs = np.asarray(x)
+    if xs.dtype not in K.FLOATS or xs.ndim != 4 or stride > block or block % stride or (partial and stride != block):
+        return K.compress(x, pe, block, stride, partial)
+    starts = K.block_starts(xs.shape[1], block, stride, partial)
+    dt = K.work_dtype(xs)
+    running = np.concatenate([np.zeros_like(xs[:, :1], dt), np.cumsum(xs.astype(dt), axis=1)], axis=1)
+    ends = np.minimum(starts + block, xs.shape[1])
+    out = (running[:, ends] - running[:, starts]) / (ends - starts)[None, :, None, None].astype(dt)
+    return out if pe is None else out + K.compress(np.zeros_like(xs), pe, block, stride, partial)
+
+
 NSA_SELECT_BUGS = {
     "a compressed block visible at its first token (i*d <= t)": (
         P + "compressed_attend", "NsaCmpVisible", patched(K.compressed_attend, K, "visible", _visible_at_start)),
@@ -211,7 +293,20 @@ NSA_SELECT_BUGS = {
         P + "compress", "NsaCmpAccumulation", patched(K.compress, K, "work_dtype", _input_dtype)),
     "p_cmp without the row maximum": (P + "compressed_attend", "NsaCmpLargeLogits",
                                       patched(K.compressed_attend, K, "softmax", _no_row_max)),
+    "fla's partial block divided by l": (P + "compress", "NsaCmpPartial",
+                                         patched(K.compress, K, "token_count", _fla_partial_over_l)),
+    "fla's group mean divided by Hq instead of G": (P + "importance", "NsaSelReduce", _group_mean_over_hq),
+    "eq. 9 gathered with negative indices wrapping to the last blocks": (P + "importance", "NsaSelMap", _eq9_wrapping),
+    "importance as one dense product (a NaN spreads to every block)": (P + "importance", "NaN", _dense_importance),
+    "P V as one dense product (values of unseen blocks read)": (P + "compressed_attend", "NaN", _dense_pv),
+    "n counted besides the forced blocks": (P + "select", "NsaSelForced", _n_beside_forced),
+    "-inf importance never selected": (P + "select", "NsaSelPad", _minus_inf_unselectable),
+    "block sums from a float32 running sum (a NaN spreads to later blocks)": (P + "compress", "NaN", _cumulative_sums),
 }
+
+# the variant values a wrong kernel declares (the default: the catalog's default only)
+VARIANTS = {"fla's partial block divided by l": {P + "compress": {"partial": [False, True]}},
+            "fla's group mean divided by Hq instead of G": {P + "importance": {"reduce": ["sum", "mean"]}}}
 
 DEFAULT_PROFILE = {
     "a compressed block visible at its first token (i*d <= t)",
@@ -225,4 +320,4 @@ DEFAULT_PROFILE = {
 
 def bug(name: str) -> Implementation:
     op, _, kernel = NSA_SELECT_BUGS[name]
-    return Implementation(f"bug: {name}", {op: kernel})
+    return Implementation(f"bug: {name}", {op: kernel}, variants=VARIANTS.get(name, {}))

@@ -33,7 +33,7 @@ FLAGS = {
                        "compressed keys off by a factor or missing a token"),
     "NsaCmpPartial": Flag("the trailing partial block compressed (paper), or dropped or divided by l (fla's pooling)",
                           "one compressed key too many, or fla's last key scaled down"),
-    "NsaCmpPosition": Flag("the intra-block position term ignored, indexed by absolute position, or added once",
+    "NsaCmpPosition": Flag("the intra-block position term ignored, or all l of its rows added to a partial block",
                            "compressed keys lose their position information"),
     "NsaCmpAccumulation": Flag("the block sum accumulated in float16", "sums of large keys overflow to Inf"),
     "NsaCmpVisible": Flag("a compressed block visible before it is complete (its start i*d <= t, or (i+1)*d - 1 "
@@ -288,6 +288,10 @@ def _select_vectors():
           result="invalid", seq_len=16, block_sel=4, n=2)
     v.add("n = -1", ["InvalidInput"], {"importance": _ranks(rng, (1, 2, 1, 4))}, result="invalid", seq_len=16,
           block_sel=4, n=-1)
+    fine = np.array([0.5, 0.5 + 2.0**-30, 0.5 + 2.0**-29, 0.5 + 3 * 2.0**-30, 0.5, 0.25], np.float64)
+    v.add("float64 scores 2^-30 apart: a float32 copy ties them", ["NsaSelPrecision"],
+          {"importance": np.broadcast_to(fine, (1, 1, 1, 6)).copy()}, seq_len=24, block_sel=4, n=3, initial=0,
+          local=1)
     return v
 
 
