@@ -51,6 +51,8 @@ FLAGS = {
                        "branches deduplicated", "the overlap, always present at the newest tokens, weighted wrong"),
     "NsaPositionTerms": Flag("the position term pe_k added to the values as well (or pe_v dropped)",
                              "compressed values shifted: o_cmp wrong"),
+    "NsaSelection": Flag("the forward's selection wrong: forced local blocks dropped, the importance of one query "
+                         "head instead of the group's sum, top-n miscounted", "other blocks read by the selected branch"),
     "NsaVariant": Flag("fla's simplified NSA computed with the paper's overlapping blocks, or the paper's with "
                        "fla's one block size", "other compressed blocks: a different selection and o_cmp"),
 }
@@ -107,10 +109,11 @@ def _selected_vectors():
     x["block_indices"][0, :, 0, 0] = -1
     v.add("-1 in the first slot of every list", ["NsaSlcUnused"], x, block_size=4)
     x = selected_inputs(rng, 1, 14, 2, 1, 4, 4, own=True, future=False)
-    x["block_indices"][0, :, 0, 1:] = [-2, 4, 7]  # 4 blocks: 0..3
-    x["block_indices"][0, :, 0, 0] = np.arange(14) // 4
-    v.add("-2, 4 and 7 with 4 blocks (T = 14): unused, as fla skips them", ["NsaSlcUnused", "NsaSlcPartial"], x,
-          block_size=4)
+    t = np.arange(14)
+    x["block_indices"][0, :, 0] = np.stack([np.where(t < 12, t // 4, 1), np.full(14, -2), np.where(t < 12, 7, 4),
+                                           np.full(14, -1)], axis=-1)  # 4 blocks: 0..3 (3 partial)
+    v.add("-2, 4 and 7 with 4 blocks (T = 14; queries 12-13 do not select block 3): unused, as fla skips them",
+          ["NsaSlcUnused"], x, block_size=4)
     x = selected_inputs(rng, 1, 12, 2, 1, 3, 4, own=True, future=False)
     x["block_indices"][0, :, 0, :] = [2, 0, 1]
     x["block_counts"] = (np.arange(12) % 4).reshape(1, 12, 1).clip(0, 3).astype(np.int32)
@@ -228,18 +231,19 @@ def _attend_vectors():
     add("the paper's defaults (l = 32, d = 16, l' = 64, n = 16, w = 512): T = 160, pe_k, pe_v [32, 4]",
         ["NsaGates", "NsaPositionTerms"], (1, 160, 2, 1), kw={"d": 4, "pe": 32})
     add("paper, small: l = 4, d = 2, l' = 8, n = 5, w = 6; T = 48, GQA 4/2, position terms",
-        ["NsaGates", "NsaWindow", "NsaGroups", "NsaSlcCausal", "NsaOverlap", "NsaPositionTerms"],
+        ["NsaGates", "NsaWindow", "NsaGroups", "NsaSlcCausal", "NsaOverlap", "NsaPositionTerms", "NsaSelection",
+         "NsaVariant"],
         (1, 48, 4, 2), kw={"pe": 4}, **small)
-    add("paper, n = 4 (one free choice past the forced three), T = 64, MQA 4/1", ["NsaGroups", "NsaSlcCausal"],
+    add("paper, n = 4 (one free choice past the forced three), T = 64, MQA 4/1", ["NsaGroups", "NsaSlcCausal", "NsaSelection"],
         (1, 64, 4, 1), **{**small, "n": 4})
     add("decode: Tq = 1 of Tk = 50 (the query is token 49)", ["NsaWindow", "NsaSlcCausal"], (2, 1, 2, 1),
         kw={"tk": 50, "pe": 4}, **small)
     add("chunk: Tq = 6 of Tk = 40", ["NsaWindow", "NsaSlcCausal"], (1, 6, 2, 1), kw={"tk": 40}, **small)
     add("window 0: no sliding branch (g_swa unused)", ["NsaWindow"], (1, 24, 2, 1), **{**small, "window": 0})
     add("window 1: the query's own token only", ["NsaWindow"], (1, 20, 2, 1), **{**small, "window": 1})
-    add("fla: one block size 4 (non-overlapping means), n = 4, no window", ["NsaVariant", "NsaSlcCausal"],
+    add("fla: one block size 4 (non-overlapping means), n = 4, no window", ["NsaVariant", "NsaSlcCausal", "NsaSelection"],
         (1, 28, 2, 1), variant="fla", block=4, stride=4, block_sel=4, n=4, window=0)
-    add("fla with a window of 6 (flash_attn's window (5, 0))", ["NsaVariant", "NsaWindow", "NsaOverlap"],
+    add("fla with a window of 6 (flash_attn's window (5, 0))", ["NsaVariant", "NsaWindow", "NsaOverlap", "NsaSelection"],
         (1, 36, 4, 2), variant="fla", block=4, stride=4, block_sel=4, n=4, window=6)
     add("fla's defaults (block 64, n = 16, no window): T = 130", ["NsaVariant"], (1, 130, 2, 1),
         kw={"d": 4}, variant="fla")
