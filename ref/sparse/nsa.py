@@ -128,6 +128,9 @@ def _config(variant, block, stride, block_sel, n, window, pe_k, pe_v) -> dict:
     given = {"block": block, "stride": stride, "block_sel": block_sel, "n": n, "window": window}
     c = {name: integer(_DEFAULTS[variant][name] if x is None else x, name, minimum=0 if name == "window" else 1)
          for name, x in given.items()}
+    if c["n"] < 3:
+        raise ValueError(f"n: expected >= 3 (n counts the initial block and the 2 local blocks, which are always "
+                         f"selected), got {c['n']}")
     if c["block"] % c["stride"] or c["block_sel"] % c["stride"] or c["block"] > c["block_sel"]:
         raise ValueError(f"block, stride, block_sel: eq. 9 needs stride | block, stride | block_sel and block <= "
                          f"block_sel, got {c['block']}, {c['stride']}, {c['block_sel']}")

@@ -227,12 +227,12 @@ def attend(q, k, v, g_cmp, g_slc, g_swa, pe_k=None, pe_v=None, *, variant="paper
            block_sel=None, n=None, window=None, scale=None):
     q, k, v = check_qkv(q, k, v)
     b, tq, hq, d = q.shape
-    tk, hkv = k.shape[1], k.shape[2]
+    tk = k.shape[1]
     if variant not in DEFAULTS:
         raise ValueError(f"variant: expected paper or fla, got {variant!r}")
     given = (block, stride, block_sel, n, window)
     block, stride, block_sel, n, window = (int(x if x is not None else dflt) for x, dflt in zip(given, DEFAULTS[variant]))
-    if min(block, stride, block_sel, n) < 1 or window < 0 or block % stride or block_sel % stride or block > block_sel:
+    if min(block, stride, block_sel) < 1 or n < 3 or window < 0 or block % stride or block_sel % stride or block > block_sel:
         raise ValueError(f"block sizes: block {block}, stride {stride}, block_sel {block_sel}, n {n}, window {window}")
     if variant == "fla" and (not block == stride == block_sel or pe_k is not None or pe_v is not None):
         raise ValueError("variant fla: one block size, no position terms")

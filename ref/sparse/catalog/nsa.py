@@ -39,6 +39,8 @@ FLAGS = {
                          "blocks beyond the count enter the softmax"),
     "NsaSlcPartial": Flag("the last, partial block read past the sequence end, or dropped",
                           "an index error, garbage keys, or the newest tokens missing"),
+    "NsaSlcEmptyRow": Flag("a query whose used slots hold no token up to it given NaN (the softmax of nothing) "
+                           "instead of out 0, lse -inf", "NaN rows where the output is defined"),
     "NsaSlcLargeLogits": Flag("the softmax over the gathered tokens taken without the row maximum",
                               "logits past exp's range overflow: NaN out"),
     "NsaGates": Flag("a branch weighted by another branch's gate, or the branches summed without their gates",
@@ -67,11 +69,11 @@ class Vectors(list):
         self.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
 
 
-def selected_inputs(rng, b, tq, hq, hkv, s, bs, *, tk=None, d=8, dv=None, own=False, future=True, std=1.0,
+def selected_inputs(rng, b, tq, hq, hkv, s, bs, *, tk=None, d=8, dv=None, own=True, future=True, std=1.0,
                     dtype=np.float32, index_dtype=np.int32):
     """q, k, v on the grid and S distinct block indices per (query, KV head) drawn from the
     blocks up to the query's (and, with `future`, later ones), -1 padded at random slots;
-    `own` puts each query's own block in its list."""
+    `own` puts each query's own block in its list (then every query reads a token: itself)."""
     tk = tq if tk is None else tk
     dv = d if dv is None else dv
     nb = -(-tk // bs)
@@ -95,8 +97,8 @@ def _selected_vectors():
           ["NsaSlcCausal", "NsaSlcPartial"], selected_inputs(rng, 1, 72, 2, 1, 2, 64, d=4, own=True), block_size=64)
     v.add("block 4, T = 12: each query's own block selected, its tokens after the query masked", ["NsaSlcCausal"],
           selected_inputs(rng, 1, 12, 2, 1, 2, 4, own=True, future=False), block_size=4)
-    v.add("later blocks selected (never by NSA's top-n, still masked)", ["NsaSlcCausal"],
-          selected_inputs(rng, 1, 12, 1, 1, 3, 4), block_size=4)
+    v.add("later blocks selected (never by NSA's top-n, still masked); queries with only later blocks read none",
+          ["NsaSlcCausal", "NsaSlcEmptyRow"], selected_inputs(rng, 1, 12, 1, 1, 3, 4, own=False), block_size=4)
     v.add("decode: Tq = 1 of Tk = 19, bottom-right (the query is token 18)", ["NsaSlcCausal"],
           selected_inputs(rng, 2, 1, 2, 1, 3, 4, tk=19, own=True), block_size=4)
     v.add("chunk: Tq = 5 of Tk = 16", ["NsaSlcCausal"], selected_inputs(rng, 1, 5, 2, 2, 2, 4, tk=16, own=True),
@@ -117,16 +119,17 @@ def _selected_vectors():
     x = selected_inputs(rng, 1, 12, 2, 1, 3, 4, own=True, future=False)
     x["block_indices"][0, :, 0, :] = [2, 0, 1]
     x["block_counts"] = (np.arange(12) % 4).reshape(1, 12, 1).clip(0, 3).astype(np.int32)
-    v.add("block_counts 0-3: the slots past a query's count hold valid blocks, never read",
-          ["NsaSlcCounts", "NsaSlcCausal"], x, block_size=4)
+    v.add("block_counts 0-3: the slots past a query's count hold valid blocks, never read (count 0: no token)",
+          ["NsaSlcCounts", "NsaSlcCausal", "NsaSlcEmptyRow"], x, block_size=4)
     x = selected_inputs(rng, 1, 8, 2, 1, 2, 4)
     x["block_indices"][0, :, 0, :] = [1, 1]
     x["block_counts"] = np.zeros((1, 8, 1), np.int64)
-    v.add("block_counts 0 with a duplicate past the count: no token (out 0, lse -inf)", ["NsaSlcCounts"], x,
+    v.add("block_counts 0 with a duplicate past the count: no token (out 0, lse -inf)",
+          ["NsaSlcCounts", "NsaSlcEmptyRow"], x,
           block_size=4)
     x = selected_inputs(rng, 1, 8, 2, 1, 2, 4)
     x["block_indices"][0, ::2] = -1
-    v.add("every slot -1 on even queries: out 0, lse -inf", ["NsaSlcUnused"], x, block_size=4)
+    v.add("every slot -1 on even queries: out 0, lse -inf", ["NsaSlcUnused", "NsaSlcEmptyRow"], x, block_size=4)
     x = selected_inputs(rng, 1, 10, 2, 1, 2, 4, own=True, future=False)
     x["block_indices"][0, :, 0, :] = np.where(np.arange(10)[:, None] >= 4, [[0, 1]], [[0, -1]])
     x["v"][0, 9, 0, 1] = x["k"][0, 9, 0, 2] = np.nan  # token 9 is in block 2, never selected
@@ -145,7 +148,7 @@ def _selected_vectors():
     v.add("random: batch 2, GQA 4/2, S = 3, block 2", ["Random"], selected_inputs(rng, 2, 11, 4, 2, 3, 2),
           block_size=2)
     v.add("T = 0", ["EmptyInput"], selected_inputs(rng, 1, 0, 2, 1, 2, 4), block_size=4)
-    v.add("S = 0: no slot (out 0, lse -inf)", ["EmptyInput"], selected_inputs(rng, 1, 5, 2, 1, 0, 4), block_size=4)
+    v.add("S = 0: no slot (out 0, lse -inf)", ["EmptyInput", "NsaSlcEmptyRow"], selected_inputs(rng, 1, 5, 2, 1, 0, 4), block_size=4)
     good = selected_inputs(rng, 1, 8, 2, 1, 2, 4)
     dup = {**good, "block_indices": np.broadcast_to(np.array([1, 1], np.int32), (1, 8, 1, 2)).copy()}
     v.add("a block named twice among the read slots", ["InvalidInput"], dup, result="invalid", block_size=4)
@@ -168,7 +171,7 @@ def _selected_examples(draw, supported):
     hkv = draw(st.integers(1, 2), label="hkv")
     bs = draw(st.sampled_from([1, 2, 4, 8]), label="block_size")
     tk = draw(st.integers(0, 20), label="tk")
-    tq = draw(st.integers(0, tk), label="tq")
+    tq = tk if draw(st.booleans(), label="prefill?") else draw(st.integers(0, tk), label="tq")
     x = selected_inputs(rng, draw(st.integers(1, 2), label="b"), tq, hkv * draw(st.integers(1, 3), label="g"), hkv,
                         draw(st.integers(0, 4), label="s"), bs, tk=tk, d=draw(st.sampled_from([1, 4, 8]), label="d"),
                         own=draw(st.booleans(), label="own"), future=draw(st.booleans(), label="future"),
@@ -209,13 +212,18 @@ def selection_margin(x, **params) -> float:
     return float(np.nanmin(gap, initial=np.inf))
 
 
-def clear_inputs(rng, *shape, margin=2.0**-8, **kw):
-    """forward_inputs redrawn until every selection margin is clear (`selection_margin`)."""
+def clear_inputs(rng, *shape, margin=2.0**-8, tries=400, **kw):
+    """forward_inputs redrawn until every selection margin is clear (`selection_margin`);
+    after `tries` draws (examples: a few), params["n"] is raised to every block instead
+    (nothing left to rank), and a RuntimeError without params to change."""
     params = kw.pop("params", {})
-    for _ in range(400):
+    for _ in range(tries):
         x = forward_inputs(rng, *shape, **kw)
         if selection_margin(x, **params) >= margin:
             return x
+    if "block_sel" in params:
+        params["n"] = max(3, -(-x["k"].shape[1] // params["block_sel"]))
+        return x
     raise RuntimeError("clear_inputs: no draw with a clear selection margin")
 
 
@@ -262,6 +270,7 @@ def _attend_vectors():
     v.add("block 16 > block_sel 8", ["InvalidInput"], good, result="invalid", **{**small, "block": 16})
     v.add("3 query heads over 2 KV heads", ["InvalidInput"], forward_inputs(rng, 1, 8, 3, 2), result="invalid",
           **small)
+    v.add("n = 2, fewer than the 3 forced blocks", ["InvalidInput"], good, result="invalid", **{**small, "n": 2})
     return v
 
 
@@ -275,22 +284,39 @@ def _attend_examples(draw, supported):
     else:
         stride = draw(st.sampled_from([1, 2]), label="stride")
         params = {"block": 2 * stride, "stride": stride, "block_sel": draw(st.sampled_from([4, 8]), label="block_sel")}
-    params.update(variant=variant, n=draw(st.integers(1, 5), label="n"), window=draw(st.integers(0, 8), label="w"))
+    params.update(variant=variant, n=draw(st.integers(3, 6), label="n"), window=draw(st.integers(0, 8), label="w"))
     hkv = draw(st.integers(1, 2), label="hkv")
     tk = draw(st.integers(0, 30), label="tk")
     shape = (draw(st.integers(1, 2), label="b"), draw(st.integers(0, tk), label="tq"),
              hkv * draw(st.integers(1, 2), label="g"), hkv)
+    if draw(st.booleans(), label="prefill?"):
+        shape = (shape[0], tk, *shape[2:])
     pe = params["block"] if variant == "paper" and draw(st.booleans(), label="pe?") else 0
-    return Case(clear_inputs(rng, *shape, tk=tk, pe=pe, params=params), params)
+    return Case(clear_inputs(rng, *shape, tk=tk, pe=pe, params=params, tries=4), params)
+
+
+def _selected_flags(case) -> tuple[str, ...]:
+    """EmptyInput for T = 0; NsaSlcEmptyRow when a query reads no token."""
+    if np.size(case.inputs["q"]) == 0:
+        return ("EmptyInput",)
+    try:
+        _, lse = nsa.selected_attend(**case.inputs, **case.params)
+    except (ValueError, TypeError):
+        return ()
+    return ("NsaSlcEmptyRow",) if np.any(lse == -np.inf) else ()
+
+
+def _attend_flags(case) -> tuple[str, ...]:
+    return ("EmptyInput",) if np.size(case.inputs["q"]) == 0 else ()
 
 
 OPERATIONS = [
     AREA.bounded("nsa.selected_attend", nsa.selected_attend, anchor="nsa-selected-attend",
                  summary="NSA's selected branch: each query attends its selected blocks' tokens up to itself",
                  vectors=_selected_vectors, examples=_selected_examples, outputs=("out", "lse"),
-                 emulate=nsa.emulate_selected_attend, bounds=OUT_LSE),
+                 emulate=nsa.emulate_selected_attend, bounds=OUT_LSE, case_flags=_selected_flags),
     AREA.bounded("nsa.attend", nsa.attend, anchor="nsa-attend",
                  summary="NSA's forward: g_cmp o_cmp + g_slc o_slc + g_swa o_swa over compressed, selected and "
                          "window branches", variants=(VARIANT,), vectors=_attend_vectors, examples=_attend_examples,
-                 emulate=nsa.emulate_attend, bounds=OUT_LSE["out"]),
+                 emulate=nsa.emulate_attend, bounds=OUT_LSE["out"], case_flags=_attend_flags),
 ]
