@@ -29,7 +29,6 @@ Run (spec/sparse.md, "Engines"):
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
