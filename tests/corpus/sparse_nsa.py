@@ -222,6 +222,13 @@ NSA_BUGS = {
 }
 
 
+DEFAULT_PROFILE = {
+    "selected blocks not causally masked inside the query's block", "block lists and heads interleaved (h % Hkv)",
+    "-1 read as the last block", "block_counts ignored", "the partial last block dropped (floor(T / block) blocks)",
+    "NaN values at unread slots multiplied by 0", "gates g_cmp and g_slc swapped", "window of w + 1 tokens",
+}
+
+
 def bug(name: str) -> Implementation:
     op, _, kernel = NSA_BUGS[name]
     return Implementation(f"bug: {name}", {op: kernel})
