@@ -280,7 +280,8 @@ def margin_ok(inputs, params) -> bool:
     srt = -np.sort(-np.where(np.isfinite(i), i, -np.inf), axis=-1)
     k = params["topk"]
     if 0 < k < srt.shape[-1]:
-        gap = srt[..., k - 1] - srt[..., k]
+        with np.errstate(invalid="ignore"):
+            gap = srt[..., k - 1] - srt[..., k]
         fin = np.isfinite(srt[..., k])
         if ((gap < 2.0**-6 * top) & fin & ~((gap == 0) & exact)).any():
             return False
