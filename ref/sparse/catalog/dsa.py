@@ -376,7 +376,7 @@ def _attend_vectors():
     n = _attend_inputs(rng, 1, 2, 5, 2, 1, 8, 2, pad=0.0)
     n["indices"][0] = [[0, 1], [1, 3]]
     n["v"][0, 2] = np.nan
-    n["k"][0, 4] = np.inf
+    n["v"][0, 4] = np.inf
     v.add("NaN and Inf at keys nobody selected: never read", ["NaN", "DsaPadIndex"], n)
     e = _attend_inputs(rng, 1, 2, 4, 2, 1, 8, 2)
     e["indices"][0, 0] = -1
