@@ -292,6 +292,31 @@ def margin_ok(inputs, params) -> bool:
     return True
 
 
+def _boundary_flags(scores, topk, causal) -> tuple[str, ...]:
+    """DsaTies where a row's k-th and (k+1)-th candidate scores are equal, DsaShortRow
+    where a row has fewer candidates than topk."""
+    i = np.asarray(scores, np.float64)
+    t, s = i.shape[1], i.shape[2]
+    vis = (np.arange(s)[None] <= np.arange(t)[:, None] + (s - t)) if causal else np.ones((t, s), bool)
+    i = np.where(vis & (i != -np.inf), i, -np.inf)
+    srt = -np.sort(-i, axis=-1)
+    flags = ("DsaShortRow",) if topk and (~np.isfinite(srt[..., min(topk, s) - 1:][..., :1])).any() or topk > s \
+        else ()
+    if 0 < topk < s and (np.isfinite(srt[..., topk]) & (srt[..., topk - 1] == srt[..., topk])).any():
+        flags += ("DsaTies",)
+    return flags
+
+
+def _select_flags(case) -> tuple[str, ...]:
+    p = case.params
+    return _boundary_flags(case.inputs["scores"], p["topk"], p.get("causal", True))
+
+
+def _indexer_flags(case) -> tuple[str, ...]:
+    p = {k: v for k, v in case.params.items() if k != "topk"}
+    return _boundary_flags(dsa_indexer.indexer_scores(**case.inputs, **p), case.params["topk"], p.get("causal", True))
+
+
 def _clear(rng, make, params, tries=200):
     for _ in range(tries):
         x = make(rng)
@@ -419,11 +444,11 @@ OPERATIONS = [
                  bounds=SCORES_BOUND),
     AREA.exact("dsa.select", dsa_indexer.select, anchor="dsa-select",
                summary="causal top-k of the index scores as a set (ties: lower index; -1 padded)",
-               vectors=_select_vectors, examples=_select_cases, compare=compare_sets),
+               vectors=_select_vectors, examples=_select_cases, compare=compare_sets, case_flags=_select_flags),
     AREA.exact("dsa.indexer", dsa_indexer.indexer, anchor="dsa-indexer",
                summary="the whole indexer: RoPE, Hadamard, FP8 q and k, scores, causal top-k (a set)",
                variants=(PAIRING, QUANT, SCALE_FMT), vectors=_indexer_vectors, examples=_indexer_cases,
-               compare=compare_sets),
+               compare=compare_sets, case_flags=_indexer_flags),
     AREA.bounded("dsa.attend", dsa.attend, anchor="dsa-attend",
                  summary="attention restricted to the selected tokens: masked dense attend",
                  vectors=_attend_vectors, examples=_attend_cases, outputs=("out", "lse"), emulate=dsa.emulate_attend,
