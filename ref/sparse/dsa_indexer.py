@@ -28,8 +28,6 @@ act_quant and fp8_index).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ref.sparse import dsa, dsa_indexer
+from ref.sparse import dsa_indexer
+from ref.sparse.catalog import dsa_attend
+from ref.sparse.catalog.dsa_attend import Vectors, ints
 from ref.sparse.catalog.common import AREA
 from ref.testing.bounded import Bound
 from ref.testing.catalog_types import Flag, Variant, seed_for
 from ref.testing.compare import Comparison, compare_exact, compare_parts
 from ref.testing.flags import COMMON, EMPTY_INPUT, INVALID_INPUT, NAN, RANDOM
 from ref.testing.params import variant_params
-from ref.testing.vector_files import Case, VectorSpec
+from ref.testing.vector_files import Case
 
 __all__ = ["FLAGS", "OPERATIONS", "compare_sets", "indexer_inputs", "margin_ok"]
 
@@ -50,8 +52,7 @@ FLAGS = {
     "DsaTies": Flag("equal scores broken toward the higher index", "a different token set on ties"),
     "DsaShortRow": Flag("a row with fewer visible keys than topk returns masked or repeated indices instead "
                         "of -1", "future or duplicate tokens in the selection"),
-    "DsaPadIndex": Flag("a -1 slot read as a token (Python's negative indexing: the last one)",
-                        "the newest token attended by rows that did not select it"),
+    **dsa_attend.FLAGS,
 }
 
 PAIRING = Variant("pairing", dsa_indexer.PAIRINGS, "neox", "RoPE pairs: NeoX half split (DeepSeek after "
@@ -62,18 +63,6 @@ SCALE_FMT = Variant("scale_fmt", dsa_indexer.SCALE_FMTS, "ue8m0", "FP8 scales: p
                     "(config_671B_v3.2.json) | amax / 448 (scale_fmt None)")
 ROTATE_BOUND = Bound(k=4.0, floor=2.0, scale="relative")  # as RoPE's (ref.attention.catalog.rope)
 SCORES_BOUND = Bound(k=2.0, floor=2.0, scale="relative")
-OUT_BOUND = Bound(k=2.0, floor=2.0, scale="relative")
-LSE_BOUND = Bound(k=2.0, floor=2.0, scale="log")
-
-
-class Vectors(list):
-    def add(self, comment, flags, inputs, result="valid", **params):
-        self.append(VectorSpec(comment, tuple(flags), Case(inputs, params), result))
-
-
-def ints(rng, shape, lo=-2, hi=2, dtype=np.float32, step=1.0):
-    """Integers lo..hi times `step` (exact at every precision)."""
-    return (rng.integers(lo, hi + 1, shape) * step).astype(dtype)
 
 
 def compare_sets(expected, actual) -> Comparison:
@@ -370,64 +359,6 @@ def _indexer_cases(draw, supported):
     return Case(_clear(rng, lambda g: indexer_inputs(g, 1, t, s, hi, di, params["rope_dim"]), params), params)
 
 
-# ---------------------------------------------------------------------------- attend
-
-def _attend_inputs(rng, b, t, s, h, hkv, d, k, dv=None, pad=0.3):
-    idx = np.argsort(rng.random((b, t, s)), axis=-1)[..., :k]  # k distinct keys per row
-    idx = np.where(rng.random(idx.shape) < pad, -1, idx).astype(np.int32)
-    return {"q": ints(rng, (b, t, h, d), step=0.5), "k": ints(rng, (b, s, hkv, d), step=0.5),
-            "v": ints(rng, (b, s, hkv, dv or d), -8, 8, step=1 / 8), "indices": idx}
-
-
-def _attend_vectors():
-    rng = np.random.default_rng(seed_for("sparse.dsa.attend"))
-    v = Vectors()
-    x = _attend_inputs(rng, 1, 4, 8, 4, 1, 16, 4)
-    v.add("prefill T = 4 of S = 8, 4 heads on one latent KV head (MQA), 4 slots, some -1", ["DsaPadIndex",
-          "DsaCausal"], x)
-    x2 = _attend_inputs(rng, 2, 1, 9, 2, 2, 8, 3, dv=4, pad=0.0)
-    v.add("decode T = 1 of S = 9, two KV heads, Dv = 4", ["DsaCausal"], x2)
-    p = _attend_inputs(rng, 1, 3, 6, 2, 1, 8, 3, pad=0.0)
-    p["indices"][0, :, 2] = -1
-    p["v"][0, 5] = 8  # the last token stands out: a -1 read as it shows
-    v.add("-1 in every row's last slot, the last token's values large", ["DsaPadIndex"], p)
-    d = p.copy()
-    d["indices"] = np.array([[[0, 0, 1], [2, 2, 2], [3, 1, 3]]], np.int32)
-    v.add("repeated indices count once", ["DsaPadIndex"], d)
-    f = _attend_inputs(rng, 1, 3, 5, 2, 1, 8, 2, pad=0.0)
-    f["indices"][0] = [[0, 4], [1, 4], [2, 4]]
-    v.add("a future index in the list is still masked by causality", ["DsaCausal"], f)
-    v.add("causal off: the future index is read", ["DsaCausal"], f, causal=False)
-    n = _attend_inputs(rng, 1, 2, 5, 2, 1, 8, 2, pad=0.0)
-    n["indices"][0] = [[0, 1], [1, 3]]
-    n["v"][0, 2] = np.nan
-    n["v"][0, 4] = np.inf
-    v.add("NaN and Inf at keys nobody selected: never read", ["NaN", "DsaPadIndex"], n)
-    e = _attend_inputs(rng, 1, 2, 4, 2, 1, 8, 2)
-    e["indices"][0, 0] = -1
-    v.add("a row with every slot -1: out 0, lse -inf", ["DsaPadIndex", "EmptyInput"], e)
-    v.add("float64 inputs", ["Random"], {**_attend_inputs(rng, 1, 2, 3, 2, 1, 4, 2),
-                                         **{k: a.astype(np.float64) for k, a in
-                                            _attend_inputs(rng, 1, 2, 3, 2, 1, 4, 2).items() if k != "indices"}})
-    v.add("no queries", ["EmptyInput"], _attend_inputs(rng, 1, 0, 3, 2, 1, 4, 2))
-    bad = _attend_inputs(rng, 1, 2, 4, 2, 1, 8, 2, pad=0.0)
-    v.add("index S (past the cache)", ["InvalidInput"], {**bad, "indices": bad["indices"] + 4}, result="invalid")
-    v.add("index -2", ["InvalidInput"], {**bad, "indices": bad["indices"] - 4}, result="invalid")
-    v.add("float indices", ["InvalidInput"], {**bad, "indices": bad["indices"].astype(np.float32)},
-          result="invalid")
-    return v
-
-
-@st.composite
-def _attend_cases(draw, supported):
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
-    t = draw(st.integers(0, 4), label="T")
-    s = t + draw(st.integers(0, 6), label="S - T")
-    hkv = draw(st.integers(1, 2), label="Hkv")
-    x = _attend_inputs(rng, 1, t, s, hkv * draw(st.integers(1, 2)), hkv, 8, min(s, draw(st.integers(1, 4))))
-    return Case(x, {"causal": draw(st.booleans(), label="causal")})
-
-
 OPERATIONS = [
     AREA.exact("dsa.quantize", dsa_indexer.quantize, anchor="dsa-quantize",
                summary="act_quant: FP8 E4M3 values and per-token, per-128-block scales (ue8m0 or amax / 448)",
@@ -449,8 +380,4 @@ OPERATIONS = [
                summary="the whole indexer: RoPE, Hadamard, FP8 q and k, scores, causal top-k (a set)",
                variants=(PAIRING, QUANT, SCALE_FMT), vectors=_indexer_vectors, examples=_indexer_cases,
                compare=compare_sets, case_flags=_indexer_flags),
-    AREA.bounded("dsa.attend", dsa.attend, anchor="dsa-attend",
-                 summary="attention restricted to the selected tokens: masked dense attend",
-                 vectors=_attend_vectors, examples=_attend_cases, outputs=("out", "lse"), emulate=dsa.emulate_attend,
-                 bounds={"out": OUT_BOUND, "lse": LSE_BOUND}),
-]
+] + dsa_attend.OPERATIONS
