@@ -106,6 +106,18 @@ def _no_causal_attend(original):
     return lambda indices, t, s, causal=True: original(indices, t, s, False)
 
 
+def _ties_away(original):
+    return lambda y: original(y, lambda z: np.sign(z) * np.floor(np.abs(z) + 0.5))
+
+
+def _half_logits(original):
+    return lambda q, k: original(q, k).astype(np.float16).astype(np.float32)
+
+
+def _interleaved_heads(original):
+    return lambda h, hkv: np.arange(h) % hkv
+
+
 def _selection_by(fn):
     return patched(K.attend, K, "selection", lambda _: fn)
 
@@ -144,7 +156,10 @@ DSA_BUGS = {
     "FP8 scale per tensor, not per token": (P + "quantize", "DsaQuantScale",
                                             patched(K.quantize, K, "block_scales", _per_tensor)),
     "ue8m0 scale rounded down": (P + "quantize", "DsaUe8m0", patched(K.quantize, K, "block_scales", _ue8m0_down)),
+    "E4M3 ties rounded away from zero": (P + "quantize", "DsaE4m3", patched(K.quantize, K, "e4m3", _ties_away)),
+    "float16 logits": (P + "index_scores", "DsaLogitPrecision", patched(K.index_scores, K, "logits", _half_logits)),
     # attention
+    "GQA heads interleaved (h % Hkv)": (P + "attend", "DsaGqa", patched(K.attend, K, "kv_head_of", _interleaved_heads)),
     "selection not causally masked": (P + "attend", "DsaCausal", patched(K.attend, K, "selection", _no_causal_attend)),
 }
 

@@ -88,13 +88,13 @@ def _rotate_op(x, cos, sin, rope_dim=64, pairing="neox", hadamard=True):
 
 # ---------------------------------------------------------------------------- quantize
 
-def e4m3(y):
-    """float32 values already within +-448 to the nearest E4M3FN value (ties to even)."""
+def e4m3(y, rnd=np.rint):
+    """float32 values already within +-448 to the nearest E4M3FN value (rint: ties to even)."""
     y = y.astype(np.float64)
     mag = np.abs(y)
     e = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
     q = np.exp2(np.maximum(e, -6) - 3)  # the quantum of the binade (subnormals: 2^-9)
-    return (np.rint(y / q) * q).astype(F32)
+    return (rnd(y / q) * q).astype(F32)
 
 
 def block_scales(amax, scale_fmt):
@@ -226,6 +226,11 @@ def selection(indices, t, s, causal=True):
     return sel & visible(t, s) if causal else sel
 
 
+def kv_head_of(h, hkv):
+    """Query head i reads KV head i // (H / Hkv): contiguous groups."""
+    return np.arange(h) // (h // hkv)
+
+
 def attend(q, k, v, indices, scale=None, causal=True):
     q, k, v = as_float(q, "q", 4), as_float(k, "k", 4), as_float(v, "v", 4)
     b, t, h, d = q.shape
@@ -234,7 +239,7 @@ def attend(q, k, v, indices, scale=None, causal=True):
         raise ValueError(f"shapes q {q.shape} k {k.shape} v {v.shape}")
     sel = selection(indices, t, s, causal)  # [B, T, S]
     sc = F32(d ** -0.5 if scale is None else scale)
-    heads = np.arange(h) // (h // hkv)
+    heads = kv_head_of(h, hkv)
     out = np.zeros((b, t, h, v.shape[3]), F32)
     lse = np.full((b, h, t), -np.inf, F32)
     for bi in range(b):

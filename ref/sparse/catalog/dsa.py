@@ -49,6 +49,10 @@ FLAGS = {
                           "and 128-block", "small tokens lose their bits to a large token's range"),
     "DsaUe8m0": Flag("the ue8m0 scale rounded down or to nearest instead of up (or left as amax / 448)",
                      "values past 448 clamp, or codes land one binade off"),
+    "DsaE4m3": Flag("the E4M3 cast rounded wrong: ties away from zero, truncation, subnormals at the wrong quantum",
+                    "codes one step off: FP8 scores differ from the reference's"),
+    "DsaLogitPrecision": Flag("the indexer logits accumulated or stored in float16",
+                              "logits past 2048 lose their low bits, past 65504 overflow"),
     "DsaTies": Flag("equal scores broken toward the higher index", "a different token set on ties"),
     "DsaShortRow": Flag("a row with fewer visible keys than topk returns masked or repeated indices instead "
                         "of -1", "future or duplicate tokens in the selection"),
@@ -93,7 +97,7 @@ def _quantize_vectors():
     v.add("amax 448 (scale exactly 1), 7 and 900 (ue8m0 rounds 2.009 up to 4)", ["DsaUe8m0"], {"x": z}, block_size=16)
     v.add("the same, float scales", ["DsaUe8m0"], {"x": z}, block_size=16, scale_fmt="float")
     t = np.array([[448, 17, 19, 21, 23, -25, 100, 0]], np.float32)  # 17 / 1 etc: E4M3 ties round to even
-    v.add("E4M3 ties (17, 19, 21, 23, 25 halfway) round to even; a zero", ["Random"], {"x": t}, block_size=8)
+    v.add("E4M3 ties (17, 19, 21, 23, 25 halfway) round to even; a zero", ["DsaE4m3"], {"x": t}, block_size=8)
     v.add("an all-zero block: amax floored at 1e-4", ["Random"], {"x": np.zeros((1, 8), np.float32)}, block_size=8)
     for dt in (np.float16, np.float64):
         v.add(f"{np.dtype(dt).name} input", ["Random"], {"x": ints(rng, (2, 16), -16, 16, dt, 1 / 4)}, block_size=16)
@@ -105,6 +109,8 @@ def _quantize_vectors():
     v.add("NaN input (act_quant's result undefined): refused", ["InvalidInput", "NaN"], {"x": bad},
           result="invalid", block_size=16)
     v.add("integer input", ["InvalidInput"], {"x": np.ones((1, 16), np.int32)}, result="invalid", block_size=16)
+    sub = np.array([[448, 2.0**-7, -2.0**-8, 3 * 2.0**-9, 2.0**-10, 5 * 2.0**-10, 0.01, -2.0**-6]], np.float32)
+    v.add("E4M3 subnormals (below 2^-6, quantum 2^-9) beside amax 448", ["DsaE4m3"], {"x": sub}, block_size=8)
     return v
 
 
@@ -194,6 +200,9 @@ def _scores_vectors():
     v.add("w of Hi = 1 for q of 2 heads", ["InvalidInput"], {**z, "w": z["w"][..., :1]}, result="invalid")
     v.add("k with a head axis [B, S, 1, Di]", ["InvalidInput"], {**z, "k": z["k"][:, :, None]}, result="invalid")
     v.add("more queries than keys", ["InvalidInput"], {**z, "k": z["k"][:, :1]}, result="invalid")
+    big = _scores_inputs(rng, 1, 2, 3, 2, 16)
+    big["q"], big["k"] = np.abs(big["q"]) * 33 + 1, np.abs(big["k"]) * 31 + 1  # positive logits of thousands, odd
+    v.add("logits past 2048 (float16's integer range)", ["DsaLogitPrecision"], big)
     return v
 
 
@@ -233,6 +242,8 @@ def _select_vectors():
     v.add("decode T = 1, float64", ["Random"], {"scores": ints(rng, (3, 1, 9), -20, 20, np.float64)}, topk=4)
     v.add("NaN at a visible key", ["InvalidInput", "NaN"], {"scores": nf[:, :1]}, result="invalid", topk=3)
     v.add("negative topk", ["InvalidInput"], {"scores": sc}, result="invalid", topk=-1)
+    v.add("64 keys of 4 distinct scores: ties along a long row (an unstable sort reorders them)", ["DsaTies"],
+          {"scores": ints(rng, (1, 2, 64), 0, 3)}, topk=21, causal=False)
     return v
 
 

@@ -19,6 +19,8 @@ __all__ = ["FLAGS", "OPERATIONS", "Vectors", "attend_inputs", "ints"]
 FLAGS = {
     "DsaPadIndex": Flag("a -1 slot read as a token (Python's negative indexing: the last one)",
                         "the newest token attended by rows that did not select it"),
+    "DsaGqa": Flag("query heads mapped to KV heads interleaved (h % Hkv) instead of in contiguous groups (h // G)",
+                   "heads read another head's keys and values"),
 }
 OUT_BOUND = Bound(k=2.0, floor=2.0, scale="relative")
 LSE_BOUND = Bound(k=2.0, floor=2.0, scale="log")
@@ -81,6 +83,7 @@ def _attend_vectors():
     v.add("index -2", ["InvalidInput"], {**bad, "indices": bad["indices"] - 4}, result="invalid")
     v.add("float indices", ["InvalidInput"], {**bad, "indices": bad["indices"].astype(np.float32)},
           result="invalid")
+    v.add("4 query heads on 2 KV heads (contiguous groups)", ["DsaGqa"], attend_inputs(rng, 1, 3, 6, 4, 2, 8, 3))
     return v
 
 
