@@ -153,3 +153,25 @@ def test_the_roofline_count_passes_as_a_dense_kernel():
                                element_bits))[1]})
     report = run(impl, ops=["sparse.traffic.dense"], examples=20, shrink=False)
     assert report.ok, report.details()
+
+
+@pytest.mark.parametrize("op", ["dense", "block", "nsa", "moba", "dsa"])
+def test_the_generic_refusals_the_vectors_leave_out(op):
+    """Bool, negative, float and broadcast counts (the roofline area's rule, not
+    re-vectored here to keep golden/ small) are refused by the oracle and the default kernel."""
+    from ref.conformance.adapters import numpy_sparse_traffic as kernel
+    from ref.sparse.catalog.traffic import NAMES
+
+    base = {"dense": dict(tokens=4, **GQA), "block": dict(tokens=100, block_size=64, blocks=2, index_bits=32, **GQA),
+            "nsa": dict(tokens=600, **PAPER, **ONE), "moba": dict(tokens=100, chunk_size=64, top_k=2, **ONE),
+            "dsa": dict(tokens=100, top_k=8, kv_lora_rank=512, qk_rope_head_dim=64, element_bits=16,
+                        index_head_dim=128, index_bits=8, index_group=128, index_scale_bits=32)}[op]
+    assert set(base) == set(NAMES[op])
+    oracle = {"dense": T.dense_bytes, "block": T.block_bytes, "nsa": T.nsa_bytes, "moba": T.moba_bytes,
+              "dsa": T.dsa_bytes}[op]
+    second = NAMES[op][1]
+    for bad, error in (({second: np.asarray(True)}, TypeError), ({"element_bits": np.asarray(-1)}, ValueError),
+                       ({"tokens": np.asarray(4.0)}, TypeError), ({"tokens": np.asarray([4])}, ValueError)):
+        for fn in (oracle, kernel.OPS[f"sparse.traffic.{op}"]):
+            with pytest.raises(error):
+                fn(**{**base, **bad})

@@ -51,9 +51,9 @@ def _values_as_keys(tokens, kv_heads, head_dim, v_head_dim, element_bits):
                    element_bits)
 
 
-def _union_as_reread(*args, overlap="reread"):
+def _union_as_reread(**inputs):
     """The union's overlap counted twice (union computed as reread)."""
-    return K.nsa(*args, overlap="reread")
+    return K.nsa(**{**inputs, "overlap": "reread"})
 
 
 def _per_tensor_scale(tokens, top_k, kv_lora_rank, qk_rope_head_dim, element_bits, index_head_dim, index_bits,
@@ -83,11 +83,12 @@ TRAFFIC_BUGS = {
                                                            _with(K.block, "read_tokens", _full_blocks)),
     "the query's partial block dropped": (P + "block", "TrafficPartialBlock",
                                           _with(K.block, "read_tokens", _partial_dropped)),
-    "blocks past the context counted as read": (P + "block", "TrafficClip", _with(K.block, "picked_blocks", lambda n, available: n)),
+    "blocks past the context counted as read": (P + "block", "TrafficClip",
+                                                _with(K.block, "picked_blocks", lambda n, available: n)),
     "the block list's count left out": (P + "block", "TrafficIndexReads",
                                         _with(K.block, "list_entries", lambda picked, layout: picked)),
-    "CSR read as one count, not two indptr entries": (P + "block", "TrafficIndexReads",
-                                                      _with(K.block, "list_entries", lambda picked, layout: picked + 1)),
+    "CSR read as one count, not two indptr entries": (
+        P + "block", "TrafficIndexReads", _with(K.block, "list_entries", lambda picked, layout: picked + 1)),
     "the window counted as w before the context is that long": (P + "nsa", "TrafficWindow",
                                                                 _with(K.nsa, "window_tokens", lambda w, t: w)),
     "compressed entries counted as floor((L - l) / d) (the paper's text)": (
@@ -102,14 +103,15 @@ TRAFFIC_BUGS = {
                                    _with(K.nsa, "union_tokens", lambda t, c, n, f: c + n - min(f, n))),
     "MoBA's top-k read besides the current chunk": (
         P + "moba", "TrafficCurrentChunk",
-        _with(K.moba, "read_tokens", lambda t, size, k: K.read_tokens(t, size, k + 1))),
+        patched(K.moba, K, "read_tokens", lambda original: lambda t, size, k: original(t, size, k + 1))),
     "MoBA's partial current chunk counted full": (P + "moba", "TrafficPartialBlock",
                                                  _with(K.moba, "read_tokens", _full_blocks)),
     "MoBA's gate reads left out": (P + "moba", "TrafficGating", _with(K.moba, "gate_keys", lambda t, size, g: 0)),
     "MoBA's cached means counted for the current chunk too": (
         P + "moba", "TrafficGating",
         _with(K.moba, "gate_keys", lambda t, size, g: t if g == "recompute" else -(-t // size))),
-    "MoBA's gate reads values too": (P + "moba", "TrafficGating", _with(K.moba, "gate_elements", lambda d, dv: d + dv)),
+    "MoBA's gate reads values too": (P + "moba", "TrafficGating",
+                                     _with(K.moba, "gate_elements", lambda d, dv: d + dv)),
     "DSA's indexer keys counted at bf16, not FP8": (P + "dsa", "TrafficIndexerBits", _indexer_at_element_bits),
     "DSA's FP8 scales counted per element": (P + "dsa", "TrafficScaleGroups",
                                              _with(K.dsa, "scale_count", lambda d, g: d)),
@@ -117,7 +119,8 @@ TRAFFIC_BUGS = {
     "DSA's FP8 scale per tensor, not per token": (P + "dsa", "TrafficScaleGroups", _per_tensor_scale),
     "MLA's latent counted as key and again as value": (
         P + "dsa", "TrafficMlaTwice", _with(K.dsa, "mla_elements", lambda r, p: 2 * r + p)),
-    "DSA's top-k counted past a short context": (P + "dsa", "TrafficClip", _with(K.dsa, "top_k_tokens", lambda k, t: k)),
+    "DSA's top-k counted past a short context": (P + "dsa", "TrafficClip",
+                                                 _with(K.dsa, "top_k_tokens", lambda k, t: k)),
     "dense values sized as keys (MLA's latent twice)": (P + "dense", "TrafficMlaTwice", _values_as_keys),
     "bytes rounded per KV head": (P + "dense", "CeilOnce", _per_head_bytes),
     "int64 arithmetic": (P + "dense", "Int64", _int64_dense),
