@@ -164,8 +164,10 @@ def nsa_tokens(tokens: int, *, cmp_block: int = 32, cmp_stride: int = 16, sel_bl
     window = integer(window, "window", minimum=0)
     if args["local"] > args["selected"]:
         raise ValueError("local: expected local <= selected")
-    return int(_nsa_entries(args["tokens"], args["cmp_block"], args["cmp_stride"], args["sel_block"],
-                            args["selected"], args["local"], window, member(overlap, Overlap, "overlap")))
+    exact = {k: np.asarray(v, dtype=object) for k, v in args.items()}  # Python ints: no int64 wrap
+    return int(_nsa_entries(exact["tokens"], exact["cmp_block"], exact["cmp_stride"], exact["sel_block"],
+                            exact["selected"], exact["local"], np.asarray(window, dtype=object),
+                            member(overlap, Overlap, "overlap")))
 
 
 def moba_bytes(tokens, chunk_size, top_k, kv_heads, head_dim, v_head_dim, element_bits, *,

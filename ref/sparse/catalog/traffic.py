@@ -129,8 +129,7 @@ def _common(op: str, base: dict, big: dict, huge: dict, zero: tuple[str, dict]) 
     return [
         _spec("0-d, mixed dtypes: tokens uint32, counts past 255 int32, the rest uint8; bits past 2^32", ("Int64",),
               **mixed),
-        _spec("empty arrays: an empty int64 output", (EMPTY_INPUT,), **{k: np.zeros(0, np.int64)
-                                                                                 for k in names}),
+        _spec("empty arrays: an empty int64 output", (EMPTY_INPUT,), **{k: np.zeros(0, np.int64) for k in names}),
         _spec(zero[0], (INVALID_INPUT,), "invalid", **{**base, **zero[1]}),
         _spec("a result past 2^63 - 1 is rejected, not wrapped", ("Int64", INVALID_INPUT), "invalid", **huge),
     ]
@@ -161,7 +160,7 @@ def block_vectors() -> list[VectorSpec]:
     what = ("decode at 128k with 1/16 of the blocks of 64 (128 int32 indices); the query's block partial (100, "
             "129, 191 tokens), full (128, 64), alone (1); 16 blocks asked of 2, 16, 16; index reads alone")
     top = [dict(base, tokens=131072, blocks=128)] + rows
-    return _common("block", base, dict(base, tokens=1 << 20, blocks=1 << 10),
+    return _common("block", base, dict(base, tokens=1 << 20, blocks=1 << 12),
                    dict(base, tokens=1 << 62, blocks=1 << 57),
                    ("blocks 0 is rejected (>= 1: the query's own block)", {"blocks": 0})) + [
         _main("block", what, flags, top, ceil, exact),
@@ -187,7 +186,7 @@ def nsa_vectors() -> list[VectorSpec]:
             "min(512, L), the last selection block partial); window 32 and 0, n = local; fla's one block size 64; "
             "Qwen3-8B's layer at 128k")
     flags = ("TrafficCompressedCount", "TrafficWindow", "TrafficPartialBlock", "TrafficClip", "TrafficOverlap")
-    return _common("nsa", base, dict(base, tokens=1 << 20, **GQA), dict(base, tokens=1 << 61, **GQA),
+    return _common("nsa", base, dict(base, tokens=1 << 22, **GQA), dict(base, tokens=1 << 61, **GQA),
                    ("local > selected is rejected (the forced blocks are among the selected)",
                     {"selected": 1, "local": 2})) + [
         _main("nsa", what, flags, rows, ceil, exact),
@@ -229,7 +228,7 @@ def dsa_vectors() -> list[VectorSpec]:
                   qk_rope_head_dim=0),
              dict(base, tokens=1 << 60, index_head_dim=1, index_bits=8, index_scale_bits=0, top_k=1,
                   kv_lora_rank=0, qk_rope_head_dim=0)]
-    return _common("dsa", base, dict(base, tokens=1 << 20), dict(base, tokens=1 << 58),
+    return _common("dsa", base, dict(base, tokens=1 << 22), dict(base, tokens=1 << 58),
                    ("tokens 0 is rejected (>= 1)", {"tokens": 0})) + [
         _main("dsa", "DeepSeek-V3.2 at 8k, 32k, 128k (132 indexer bytes a token, 2048 latents of 512 + 64), "
               "shorter than top-k (1, 100, 2048: every token attended); scale groups of 64 and 100 (ceil(128 / 100)"
