@@ -40,7 +40,7 @@ def test_importing_ref_and_its_catalog_does_not_import_torch():
 
 def test_every_xfail_line_names_a_reason():
     for path in ADAPTERS.glob("*.xfails"):
-        for entry in parse_entries(path.read_text()):
+        for entry in parse_entries(path.read_text(), inactive=True):
             assert len(entry.reason.split()) >= 4, (path.name, entry)
 
 

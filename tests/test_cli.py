@@ -339,19 +339,24 @@ def test_every_shipped_xfails_file_names_real_ops_and_parts():
     shipped = sorted((REF_HOME / "ref" / "conformance" / "adapters").glob("*.xfails"))
     assert len(shipped) >= 8
     for path in shipped:
-        check_entries(discover(), xfails=parse_entries(path.read_text(), source=str(path)))
+        check_entries(discover(), xfails=parse_entries(path.read_text(), source=str(path), inactive=True))
 
 
 def test_the_summary_names_xfail_reasons_and_keeps_passing_notes_for_verbose():
+    from ref.conformance.runner import parse_entries
+
     ops = "formats.float8_e8m0fnu.encode,formats.float16.encode_stochastic_rng"
     quiet = ref_cli("conform", "--ops", ops, "--examples", "5")
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
-    xfails = (REF_HOME / "ref" / "conformance" / "adapters" / "ml_dtypes_casts.xfails").read_text()
-    reason = next(line.split(None, 1)[1].strip() for line in xfails.splitlines()
-                  if line.startswith("formats.float8_e8m0fnu.encode"))
-    assert f"(expected: {reason}" in quiet.stdout  # the xfail line says why it is expected
+    xfails = parse_entries((REF_HOME / "ref" / "conformance" / "adapters" / "ml_dtypes_casts.xfails").read_text())
+    reasons = [e.reason for e in xfails if e.op == "formats.float8_e8m0fnu.encode"]
+    if reasons:  # ml_dtypes before 0.7 rounds E8M0 wrongly just above 2^-127 (the entries' condition)
+        assert f"(expected: {reasons[0]}" in quiet.stdout  # the xfail line says why it is expected
+        assert "2 ops: 1 pass, 1 xfail" in quiet.stdout
+    else:
+        assert "2 ops: 2 pass" in quiet.stdout
     assert "NOTE formats.float16.encode_stochastic_rng" not in quiet.stdout
-    assert "implementation: " in quiet.stdout and "2 ops: 1 pass, 1 xfail" in quiet.stdout
+    assert "implementation: " in quiet.stdout
     verbose = ref_cli("conform", "--ops", ops, "--examples", "5", "-v")
     assert "NOTE formats.float16.encode_stochastic_rng" in verbose.stdout
     one = ref_cli("conform", "--ops", "formats.float8_e8m0fnu.decode", "--examples", "2")

@@ -14,6 +14,7 @@ import pytest
 from ref.conformance.adapters import DEFAULT, numpy_groups, numpy_sr_bits, shipped_xfails
 from ref.conformance.catalog import discover
 from ref.conformance.implementation import Implementation, load_implementation
+from ref.conformance.report import version_holds
 from ref.conformance.runner import parse_entries, run
 
 
@@ -30,8 +31,10 @@ def test_every_op_passes_and_only_documented_divergences_are_xfails():
     assert report.ok, report.details()
     verdicts = {r.op: r.verdict for r in report.ops}
     assert set(verdicts) == set(discover())
-    assert {op for op, v in verdicts.items() if v != "pass"} == {"formats.float8_e8m0fnu.encode"}
-    assert verdicts["formats.float8_e8m0fnu.encode"] == "xfail"
+    # ml_dtypes rounds E8M0 wrongly just above 2^-127 before 0.7.0 (the xfails' condition)
+    expected = {"formats.float8_e8m0fnu.encode"} if version_holds("ml-dtypes<0.7") else set()
+    assert {op for op, v in verdicts.items() if v != "pass"} == expected
+    assert all(verdicts[op] == "xfail" for op in expected)
     assert all(r.vectors_run > 0 for r in report.ops), [r.op for r in report.ops if not r.vectors_run]
 
 

@@ -17,7 +17,7 @@ from corpus.formats_impls import HALF_AWAY
 from ref.attention.emulate import attend as attend_emulated
 from ref.conformance.catalog import discover, flags
 from ref.conformance.implementation import Implementation
-from ref.conformance.report import RATIO_EDGES, Failure, OpReport, Report
+from ref.conformance.report import RATIO_EDGES, Failure, OpReport, Report, version_holds
 from ref.conformance.runner import parse_entries, run
 from ref.formats import encode, get_format
 from ref.testing.vector_files import load_manifest, load_vectors
@@ -373,3 +373,27 @@ def test_an_id_element_is_shown_with_its_row():
     assert "-1" in texts["parents"].split("in the row")[1] and "in the row" not in texts["x"]
     wide = input_texts({"t": np.zeros((2, 40), np.int64)}, (1, 3), (2, 40))["t"]
     assert "in the row" not in wide
+
+
+def test_entries_hold_only_while_their_version_condition_does():
+    """An xfail a later release fixes carries a condition, `[dist<version]`: the entry
+    applies while the installed version satisfies every clause, and not at all for a
+    distribution that is not installed (a strict xfail of a fixed bug would fail)."""
+    import numpy
+
+    major, minor = (int(x) for x in numpy.__version__.split(".")[:2])
+    below, above = f"{major}.{minor}", f"{major}.{minor + 1}"
+    text = "\n".join([f"a.b/1 [numpy<{above}] holds", f"a.b/2 [numpy<{below}] fixed since",
+                      f"a.b/3 [numpy >= {below}, < {above}] a range that holds", f"a.b/4 [numpy>={major + 1}] not yet",
+                      "a.b/5 [no-such-dist-llm-ref<1] never installed", "a.b/6 [numpy!=0.1] holds too",
+                      f"a.b/7 [numpy=={numpy.__version__}] the installed one", "a.b/8 plain"])
+    kept = {e.part: e for e in parse_entries(text)}
+    assert sorted(kept) == ["1", "3", "6", "7", "8"]
+    assert kept["1"].reason == "holds" and kept["1"].when == f"numpy<{above}" and kept["8"].when == ""
+    everything = parse_entries(text, inactive=True)
+    assert [e.part for e in everything] == [str(i) for i in range(1, 9)]
+    assert version_holds(f"numpy=={numpy.__version__}.0") != version_holds(f"numpy=={below}.0.1")
+    assert version_holds(f"numpy>={below}") and not version_holds(f"numpy>{major}.{minor}.999")
+    for bad in ("a.b [numpy~=1] reason", "a.b [numpy] reason", "a.b [<1] reason", "a.b [numpy<1]"):
+        with pytest.raises(ValueError, match=r"entries:1: (version condition|every entry needs a reason)"):
+            parse_entries(bad)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["Entry", "Failure", "IMPLEMENTATION_LIBRARIES", "OpReport", "RATIO_EDGES", "Report", "SCHEMA", "VERDICTS",
-           "empty_histogram", "parse_entries", "strict_json", "versions"]
+           "empty_histogram", "parse_entries", "strict_json", "version_holds", "versions"]
 
 VERDICTS = ("pass", "fail", "acceptable-difference", "xfail", "skipped", "not covered")
 SCHEMA = "llm-ref-report/1"
@@ -30,29 +31,84 @@ IMPLEMENTATION_LIBRARIES = ("torch", "torchao", "transformers", "jax", "cupy", "
 @dataclass(frozen=True)
 class Entry:
     """A skip or xfail line: an op glob, optionally '/part' (a vector id, a vector flag,
-    'exhaustive', 'large', 'properties' or '*'), and a mandatory reason."""
+    'exhaustive', 'large', 'properties' or '*'), an optional version condition `when`
+    (`ml-dtypes<0.7`: the entry holds only while it does), and a mandatory reason."""
 
     op: str
     part: str
     reason: str
+    when: str = ""
 
     def matches(self, op: str, part: str, flags: Sequence[str] = ()) -> bool:
         return fnmatchcase(op, self.op) and (self.part in ("*", part) or self.part in flags)
 
 
-def parse_entries(text: str, *, source: str = "entries") -> list[Entry]:
-    """Parse a skips/xfails file: `target reason...` per line, '#' comments."""
+def parse_entries(text: str, *, source: str = "entries", inactive: bool = False) -> list[Entry]:
+    """Parse a skips/xfails file: `target [condition] reason...` per line, '#' comments.
+    A condition in brackets after the target, `[dist<2.1]` or `[dist>=0.5,<0.7]`, keeps
+    the entry only while the installed distribution's version satisfies every clause
+    (an engine fixes its bug in a later release; an uninstalled distribution satisfies
+    nothing). `inactive=True` keeps the entries whose condition fails too (to check names)."""
     entries = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         target, _, reason = line.partition(" ")
-        if not reason.strip():
+        reason, when = reason.strip(), ""
+        if reason.startswith("["):
+            when, _, reason = reason[1:].partition("]")
+            when, reason = when.strip(), reason.strip()
+        if not reason:
             raise ValueError(f"{source}:{lineno}: every entry needs a reason after the target, got {line!r}")
+        try:
+            holds = version_holds(when) if when else True
+        except ValueError as e:
+            raise ValueError(f"{source}:{lineno}: {e}") from None
         op, _, part = target.partition("/")
-        entries.append(Entry(op, part or "*", reason.strip()))
+        if holds or inactive:
+            entries.append(Entry(op, part or "*", reason, when))
     return entries
+
+
+_CONDITION = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*((?:(?:<=|>=|==|!=|<|>)\s*[0-9][0-9A-Za-z.+]*\s*,?\s*)+)$")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numeric release of a version string ('2.13.0+cpu' -> (2, 13, 0))."""
+    parts = []
+    for piece in version.split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+        if digits.group() != piece:
+            break
+    return tuple(parts)
+
+
+def version_holds(condition: str) -> bool:
+    """Whether the installed distribution satisfies `dist OP version[, OP version...]`
+    (OP one of < <= > >= == !=; release numbers compared numerically, pre-release and
+    local tags ignored). False when the distribution is not installed."""
+    from importlib import metadata
+
+    m = _CONDITION.match(condition)
+    if m is None:
+        raise ValueError(f"version condition {condition!r} is not 'dist OP version[, OP version]' "
+                         "(OP one of <, <=, >, >=, ==, !=), e.g. 'ml-dtypes<0.7'")
+    try:
+        installed = _release(metadata.version(m.group(1)))
+    except metadata.PackageNotFoundError:
+        return False
+    tests = {"<": tuple.__lt__, "<=": tuple.__le__, ">": tuple.__gt__, ">=": tuple.__ge__,
+             "==": tuple.__eq__, "!=": tuple.__ne__}
+    for op, bound in re.findall(r"(<=|>=|==|!=|<|>)\s*([0-9][0-9A-Za-z.+]*)", m.group(2)):
+        wanted = _release(bound)
+        width = max(len(installed), len(wanted))
+        if not tests[op](installed + (0,) * (width - len(installed)), wanted + (0,) * (width - len(wanted))):
+            return False
+    return True
 
 
 @dataclass

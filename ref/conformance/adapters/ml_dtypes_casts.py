@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from ref.conformance.adapters._casts import cast_ops
+from ref.conformance.report import version_holds
 
 NAME = "ml_dtypes"
 VERSION = ml_dtypes.__version__
@@ -43,9 +44,10 @@ def _to_values(codes, dtype):
 
 OPS = cast_ops(_DTYPES, to_codes=_to_codes, to_values=_to_values)
 
-# ml_dtypes casts float64 through float32 (double rounding: see spec/formats.md), so
-# this adapter declares the inputs it rounds once.
-DTYPES = {"formats.*.encode": {"x": ["float32", "float16"]}}
+# ml_dtypes before 0.7.0 casts float64 through float32 (double rounding: see
+# spec/formats.md), so this adapter declares only the inputs it rounds once; 0.7.0
+# rounds float64 once.
+DTYPES = {"formats.*.encode": {"x": ["float32", "float16"] + ["float64"] * version_holds("ml-dtypes>=0.7")}}
 
 # Variant values as the catalog declares them (the enums' values, as strings).
 VARIANTS = {
