@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ref.conformance.catalog import discover
+from ref.conformance.report import version_holds
 from test_cli import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +111,8 @@ def test_the_session_report_holds_every_op_it_ran(tmp_path):
 def test_the_default_implementation_passes_under_pytest(tmp_path):
     result = run_pytest(["--pyargs", "ref.conformance", "-k", "e8m0 or e5m2fnuz", "--ref-examples", "3"], tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "xfailed" in result.stdout
+    # ml_dtypes before 0.7.0 rounds E8M0 wrongly above 2^-127: an xfail under that condition
+    assert ("xfailed" in result.stdout) == version_holds("ml-dtypes<0.7"), result.stdout[-500:]
 
 
 def test_the_plugin_s_options_and_defaults_are_the_command_line_s():
