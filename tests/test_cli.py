@@ -74,6 +74,7 @@ def test_version_and_the_program_name(monkeypatch, capsys):
         assert capsys.readouterr().out.startswith(f"usage: {prog} ")
 
 
+@pytest.mark.deep  # the whole folder (about 19 s); test_golden checks it in process, CI's main job by this command
 def test_golden_check_passes():
     result = ref_cli("golden", "--check")
     assert result.returncode == 0, result.stdout

@@ -120,6 +120,7 @@ def test_a_bounded_output_beyond_the_bound_is_named_and_rewritten(copy):
     assert read_npz(copy / rel)["2.expected.out"].tobytes() != arrays["2.expected.out"].tobytes()
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_an_exact_op_declaring_the_float_bound_regenerates_within_it_and_no_other_does(copy):
     """HQQ's zero points (float64 means, summed in another order by another numpy) one
     ulp off pass --check; the same ulp on the E8 decoder's float64 output is named."""
@@ -139,6 +140,7 @@ def test_an_exact_op_declaring_the_float_bound_regenerates_within_it_and_no_othe
         problems[0].endswith("differs from the oracle's output on the stored inputs"), problems
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_a_looser_declared_float_bound_holds_and_is_not_exceeded(copy):
     """TurboQuant's codebook declares 1e-10 (scipy's incomplete beta in its oldest allowed
     version): a level 5e-12 off passes --check, one 1e-9 off is named."""
@@ -153,6 +155,7 @@ def test_a_looser_declared_float_bound_holds_and_is_not_exceeded(copy):
         assert len(found) == problems and all("beyond the golden bound" in p for p in found), found
 
 
+@pytest.mark.deep  # a whole-folder write or check (or validation): seconds each
 def test_check_recomputes_outputs_from_the_stored_inputs(copy):
     """Inputs drawn differently (another numpy's exp or linspace rounds another way)
     check clean when the stored outputs are the oracle's on them; an input changed

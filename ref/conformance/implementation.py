@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from ref.conformance.catalog import discover
@@ -145,6 +144,8 @@ def _check_dtypes(pattern: str, inputs: Mapping, ops: Sequence[Operation]) -> No
         if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
             raise ValueError(f"dtypes: {pattern!r} -> {name!r} takes a list of dtype names, got {names!r}")
         for d in names:
+            import ml_dtypes  # here, not at the top: its import alone takes about 1 s (0.7)
+
             try:
                 np.dtype(getattr(ml_dtypes, d) if isinstance(d, str) and hasattr(ml_dtypes, d) else d)
             except TypeError:

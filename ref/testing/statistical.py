@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from scipy import stats
 
 from ref.testing.catalog_types import Kind, Operation
 
@@ -42,6 +41,14 @@ __all__ = ["DISPERSION_MARGIN", "DISPERSION_MIN_VARIANCE", "Fit", "StatisticalOp
            "classes", "dispersion_pvalue", "fit", "multinomial_pvalue", "neighbour_groups",
            "same_value", "seeds", "stray"]
 
+
+
+def _stats():
+    """scipy.stats, imported when a test runs (its import takes about half a second,
+    which every command that only lists the catalog would otherwise pay)."""
+    from scipy import stats
+
+    return stats
 
 def same_value(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elementwise equality in which NaN equals NaN (the default `StatisticalOp.same`)."""
@@ -118,9 +125,9 @@ def binomial_pvalue(successes: int, trials: int, p: float) -> float:
     if p <= 0.0 or p >= 1.0:
         return 1.0 if successes == (trials if p >= 1.0 else 0) else 0.0
     if trials <= _DIRECT:  # the same p-value as binomtest's, summed in one vectorized call
-        pmf = stats.binom.pmf(np.arange(trials + 1), trials, p)
+        pmf = _stats().binom.pmf(np.arange(trials + 1), trials, p)
         return float(min(1.0, pmf[pmf <= pmf[successes] * (1 + 1e-7)].sum()))
-    return float(stats.binomtest(int(successes), int(trials), float(p)).pvalue)
+    return float(_stats().binomtest(int(successes), int(trials), float(p)).pvalue)
 
 
 _DIRECT = 4096  # up to this many trials, sum the probabilities no larger than the observed one
@@ -144,7 +151,7 @@ def multinomial_pvalue(counts: Sequence[int], probabilities: Sequence[float]) ->
         return binomial_pvalue(int(counts[1]), n, float(p[1] / p.sum()))
     expected = n * p / p.sum()
     if expected.min() >= 5:
-        return float(stats.chisquare(counts, expected).pvalue)
+        return float(_stats().chisquare(counts, expected).pvalue)
     return min(1.0, p.size * min(binomial_pvalue(int(c), n, float(q / p.sum())) for c, q in zip(counts, p)))
 
 
@@ -296,7 +303,7 @@ def dispersion_pvalue(counts: np.ndarray, sizes: np.ndarray, p: float) -> float:
     stat = float((((counts - sizes * p) ** 2) / variance).sum())
     excess = float(np.mean((1.0 - 6.0 * p * q) / variance))
     matched = df + (stat - df) * math.sqrt(2.0 / (2.0 + excess))
-    tail = min(float(stats.chi2.sf(matched, df)), float(stats.chi2.cdf(matched, df)))
+    tail = min(float(_stats().chi2.sf(matched, df)), float(_stats().chi2.cdf(matched, df)))
     return min(1.0, 2.0 * tail * DISPERSION_MARGIN)
 
 
