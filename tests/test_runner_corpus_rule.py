@@ -60,12 +60,13 @@ def _registries(path: Path) -> set[str]:
     return set(re.findall(r"^([A-Z0-9_]*BUGS) = ", path.read_text(), flags=re.M))
 
 
-# Areas from the sparse area on: every tests/corpus/sparse_*.py module is read without a
-# line here. Each registry maps name -> (op, flag, kernel), the module's `bug(name)`
+# Areas from the sparse area on: every tests/corpus/sparse_*.py and ssm_*.py module is
+# read without a line here. Each registry maps name -> (op, flag, kernel), the module's `bug(name)`
 # builds the Implementation, and an optional DEFAULT_PROFILE names the entries that stay
 # in the default profile (the rest are marked deep).
+AUTO_AREAS = ("sparse_*.py", "ssm_*.py")
 AUTO = {path.stem: (importlib.import_module(f"corpus.{path.stem}"), _registries(path))
-        for path in sorted(Path(corpus.__path__[0]).glob("sparse_*.py"))}
+        for pattern in AUTO_AREAS for path in sorted(Path(corpus.__path__[0]).glob(pattern))}
 
 
 def _entries():

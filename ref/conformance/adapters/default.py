@@ -54,7 +54,9 @@ covers every op of the catalog, with code that is not the oracle:
 - `numpy_kv_oscar`: OSCAR's calibration, INT2 codes and quarter-row bytes, attention
   in two passes (bf16 windows, INT2 middle) merged by their softmax states;
 - `numpy_sparse_block`, `numpy_sparse_nsa_select`, `numpy_sparse_nsa`, `numpy_sparse_moba`,
-  `numpy_sparse_dsa`, `numpy_sparse_traffic`: sparse attention (spec/sparse.md).
+  `numpy_sparse_dsa`, `numpy_sparse_traffic`: sparse attention (spec/sparse.md);
+- `numpy_ssm_ssd`, `numpy_ssm_mamba1`, `numpy_ssm_gdn`, `numpy_ssm_sizes`: state-space
+  and linear-attention layers (spec/ssm.md).
 
 All but ml_dtypes_casts are written independently of the oracles and import nothing
 from ref. `ref.conformance.adapters.DEFAULT` names this module for the command line
@@ -93,6 +95,10 @@ from ref.conformance.adapters import (
     numpy_sparse_traffic,
     numpy_specdec,
     numpy_specdec_rng,
+    numpy_ssm_gdn,
+    numpy_ssm_mamba1,
+    numpy_ssm_sizes,
+    numpy_ssm_ssd,
     numpy_sr_bits,
     numpy_stochastic,
     python_prefix_blocks,
@@ -105,7 +111,8 @@ PARTS = (ml_dtypes_casts, numpy_sr_bits, numpy_stochastic, numpy_blocks, numpy_g
          numpy_hadamard, numpy_awq, numpy_quant_codecs, numpy_quant_packing, numpy_quant_gemm,
          numpy_gptq, numpy_kv_kivi, numpy_kv_qjl,
          numpy_kv_turboquant, numpy_kv_oscar, numpy_sparse_block, numpy_sparse_nsa_select, numpy_sparse_nsa,
-         numpy_sparse_moba, numpy_sparse_dsa, numpy_sparse_traffic)
+         numpy_sparse_moba, numpy_sparse_dsa, numpy_sparse_traffic, numpy_ssm_ssd, numpy_ssm_mamba1, numpy_ssm_gdn,
+         numpy_ssm_sizes)
 XFAILS = Path(ml_dtypes_casts.__file__).with_suffix(".xfails")  # the default run's expected failures
 NAME = " + ".join([f"{ml_dtypes_casts.NAME} casts"] + [part.NAME for part in PARTS[1:]])
 VERSION = f"ml_dtypes {ml_dtypes_casts.VERSION}, numpy {numpy_attention.VERSION}"

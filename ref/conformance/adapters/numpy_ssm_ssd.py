@@ -1,0 +1,12 @@
+"""Mamba-2 SSD (spec/ssm.md) for the default run, written independently of the oracles
+(this module imports nothing from ref)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+NAME = "NumPy Mamba-2 SSD"
+VERSION = np.__version__
+
+OPS: dict = {}
+VARIANTS: dict = {}
